@@ -1,0 +1,77 @@
+// Package broker runs the embedded Kafka-compatible broker: franz-go's kfake,
+// single node, over real TCP, persisted to a directory so that it survives
+// restarts. It is for development, demos and tests; production points
+// kafka.brokers at a real cluster.
+package broker
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Options configure the embedded broker.
+type Options struct {
+	// Dir persists the broker's log; "" keeps everything in memory.
+	Dir string
+	// Listen is host:port; port 0 picks a free port.
+	Listen string
+	// Partitions is the default partition count of auto-created topics.
+	Partitions int
+	// SyncWrites fsyncs every produced batch (slower, survives power loss).
+	SyncWrites bool
+	// Extra kfake options (TLS, SASL, fault injection in tests).
+	Extra []kfake.Opt
+}
+
+// Embedded is a running embedded broker.
+type Embedded struct {
+	Cluster *kfake.Cluster
+	addr    string
+}
+
+// Start starts the broker.
+func Start(o Options) (*Embedded, error) {
+	host, portS, err := net.SplitHostPort(o.Listen)
+	if o.Listen == "" {
+		host, portS, err = "127.0.0.1", "0", nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("broker: listen address %q: %w", o.Listen, err)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return nil, fmt.Errorf("broker: listen port %q: %w", portS, err)
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = 4
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.DefaultNumPartitions(o.Partitions),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		}),
+	}
+	if o.Dir != "" {
+		opts = append(opts, kfake.DataDir(o.Dir))
+	}
+	if o.SyncWrites {
+		opts = append(opts, kfake.SyncWrites())
+	}
+	opts = append(opts, o.Extra...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("broker: start embedded broker on %s: %w", net.JoinHostPort(host, portS), err)
+	}
+	return &Embedded{Cluster: c, addr: c.ListenAddrs()[0]}, nil
+}
+
+// Addr is the broker's host:port.
+func (e *Embedded) Addr() string { return e.addr }
+
+// Close stops the broker, persisting its state when it has a directory.
+func (e *Embedded) Close() { e.Cluster.Close() }

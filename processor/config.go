@@ -1,0 +1,138 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/projection"
+)
+
+// Mode selects live processing or a rebuild from history.
+type Mode uint8
+
+const (
+	// Live produces side-effect intents.
+	Live Mode = iota
+	// Rebuild never produces intents; it counts them as suppressed.
+	Rebuild
+)
+
+// Config is everything Run needs. Build it with the fields below; zero values
+// of the tunables take the documented defaults in New.
+type Config struct {
+	Name       string // processor name: group id, transactional id prefix, dedup scope
+	InstanceID string // stable per instance: the transactional id is Name-InstanceID
+	Brokers    []string
+	// ClientOpts are extra kgo options (TLS, SASL, logging) for every client.
+	ClientOpts []kgo.Opt
+
+	Inputs          []string
+	DeadLetterTopic string
+	EffectsTopic    string
+	// Partitions is the partition count for input topics that do not exist
+	// yet (default 4). Changelogs always follow their input.
+	Partitions int32
+
+	Projections []*projection.Projection
+	Store       *state.Store
+	Dedup       *dedup.Store
+
+	HoldTimeout time.Duration     // default 5m
+	GapPolicy   projection.Policy // default Wait
+	MaxHeld     int64             // per aggregate, default 10000
+
+	MaxRecordsPerTxn   int           // default 5000
+	TransactionTimeout time.Duration // default 40s
+	SessionTimeout     time.Duration // default 45s
+	MaxRecordBytes     int           // envelope size limit, default 1 MiB
+
+	Mode   Mode
+	Logger *slog.Logger
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time
+	// Hooks are test seams for fault injection; nil in production.
+	Hooks *Hooks
+}
+
+// Hooks let tests stop the loop at precise points of a transaction.
+type Hooks struct {
+	// AfterStage runs after all outputs of a transaction are produced and
+	// flushed, before End. An error aborts the process loop (a "crash").
+	AfterStage func() error
+	// AfterCommit runs after End reported committed, before Pebble is
+	// written. An error stops Run (a crash between Kafka and Pebble).
+	AfterCommit func() error
+}
+
+// ChangelogTopic names the changelog of one input topic.
+func ChangelogTopic(name, input string) string { return name + "." + input + ".changelog" }
+
+func (c *Config) applyDefaults() {
+	if c.Partitions <= 0 {
+		c.Partitions = 4
+	}
+	if c.HoldTimeout <= 0 {
+		c.HoldTimeout = 5 * time.Minute
+	}
+	if c.MaxHeld <= 0 {
+		c.MaxHeld = 10000
+	}
+	if c.MaxRecordsPerTxn <= 0 {
+		c.MaxRecordsPerTxn = 5000
+	}
+	if c.TransactionTimeout <= 0 {
+		c.TransactionTimeout = 40 * time.Second
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 45 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Dedup == nil {
+		c.Dedup = dedup.NewStore(168 * time.Hour)
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("processor: Name is required"))
+	}
+	if c.InstanceID == "" {
+		errs = append(errs, errors.New("processor: InstanceID is required"))
+	}
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("processor: Brokers is required"))
+	}
+	if len(c.Inputs) == 0 {
+		errs = append(errs, errors.New("processor: Inputs is required"))
+	}
+	if c.DeadLetterTopic == "" {
+		errs = append(errs, errors.New("processor: DeadLetterTopic is required"))
+	}
+	if c.Mode == Live && c.EffectsTopic == "" {
+		errs = append(errs, errors.New("processor: EffectsTopic is required in live mode"))
+	}
+	if len(c.Projections) == 0 {
+		errs = append(errs, errors.New("processor: at least one projection is required"))
+	}
+	for i, p := range c.Projections {
+		if p == nil || p.Name == "" || p.Topic == "" || p.Handler == nil {
+			errs = append(errs, fmt.Errorf("processor: projection %d needs Name, Topic and Handler", i))
+		}
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("processor: Store is required"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,29 @@
+// Package processor is projector's exactly-once loop: it consumes the input
+// topics in a Kafka consumer group with franz-go's GroupTransactSession and, for
+// every record in partition order, decodes the envelope, deduplicates it,
+// offers it to each projection's version guard and produces the projection,
+// dead-letter, side-effect intent and changelog records in the same Kafka
+// transaction as the input offsets.
+//
+// Invariants (DESIGN.md numbers them; the tests name them):
+//
+//  1. Pebble is never ahead of Kafka: a transaction's state is staged in a
+//     state.Txn and written to Pebble, synced, only after End reports
+//     committed. Every other End result discards the staged writes.
+//  2. Pebble may be behind Kafka; the changelog closes the gap: every staged
+//     write is produced to the task's changelog partition in the same
+//     transaction. A task is restored from its stored changelog offset to the
+//     partition's last stable offset on assignment, and again once the group
+//     has fetched the task's committed offsets (by then any transaction of a
+//     previous owner has resolved), before its records are processed.
+//  3. Read-your-writes inside a transaction: guards and dedup read the staged
+//     overlay first.
+//  4. One aggregate, one order: see package projection.
+//  5. Fencing is fatal: the transactional id is stable per instance
+//     (name-instanceId); an End error (fenced, or any other, none is
+//     retryable) stops Run with an error.
+//
+// Goroutines: Run owns the loop and every client it creates. kgo's group
+// callbacks only record assignment changes under a mutex; the loop acts on
+// them between transactions.
+package processor

@@ -1,0 +1,203 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/broker"
+	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/projection"
+)
+
+const (
+	inputTopic = "case-events"
+	projTopic  = "case-overview.v1"
+	dlqTopic   = "case-events.dlq"
+	group      = "case-projector"
+)
+
+// env is one test's broker plus helpers to run processor instances on it.
+type env struct {
+	t       testing.TB
+	brokers []string
+	b       *broker.Embedded
+	dir     string
+}
+
+func newEnv(t testing.TB, partitions int32) *env {
+	t.Helper()
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: int(partitions)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	e := &env{t: t, brokers: []string{b.Addr()}, b: b, dir: t.TempDir()}
+	if err := testkit.CreateTopic(context.Background(), e.brokers, inputTopic, partitions); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func rules() projection.Rules {
+	return projection.Rules{
+		"CaseOpened": projection.Merge, "CaseUpdated": projection.Merge,
+		"CaseEscalated": projection.Merge, "CaseClosed": projection.Delete,
+	}
+}
+
+// instance is one running processor with its own state dir.
+type instance struct {
+	p      *processor.Processor
+	store  *state.Store
+	cancel context.CancelFunc
+	done   chan error
+}
+
+type instOpts struct {
+	id       string
+	stateDir string
+	hooks    *processor.Hooks
+	maxRecs  int
+	policy   projection.Policy
+	hold     time.Duration
+	now      func() time.Time
+}
+
+func (e *env) start(o instOpts) *instance {
+	e.t.Helper()
+	if o.id == "" {
+		o.id = "w1"
+	}
+	if o.stateDir == "" {
+		o.stateDir = filepath.Join(e.dir, o.id)
+	}
+	st, err := state.Open(o.stateDir, state.Options{CacheBytes: 16 << 20})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	lvl := slog.LevelWarn
+	if os.Getenv("PROJECTOR_TEST_LOG") != "" {
+		lvl = slog.LevelDebug
+	}
+	p, err := processor.New(processor.Config{
+		Name: group, InstanceID: o.id, Brokers: e.brokers,
+		Inputs: []string{inputTopic}, DeadLetterTopic: dlqTopic, EffectsTopic: "case-events.effects",
+		Projections: []*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}},
+		Store:       st, Dedup: dedup.NewStore(168 * time.Hour),
+		MaxRecordsPerTxn: o.maxRecs, GapPolicy: o.policy, HoldTimeout: o.hold, Now: o.now,
+		SessionTimeout: 6 * time.Second, TransactionTimeout: 20 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("instance", o.id),
+		Hooks:  o.hooks,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{p: p, store: st, cancel: cancel, done: make(chan error, 1)}
+	go func() { in.done <- p.Run(ctx) }()
+	return in
+}
+
+// stop cancels the instance, waits for Run and closes its store.
+func (in *instance) stop(t testing.TB) error {
+	in.cancel()
+	var err error
+	select {
+	case err = <-in.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("processor did not stop within 60s")
+	}
+	in.store.Close()
+	return err
+}
+
+// wait waits for Run to return on its own (a crash hook) and closes the store.
+func (in *instance) wait(t testing.TB, within time.Duration) error {
+	select {
+	case err := <-in.done:
+		in.store.Close()
+		return err
+	case <-time.After(within):
+		t.Fatalf("processor still running after %s", within)
+		return nil
+	}
+}
+
+func (e *env) produce(recs []workload.Record) {
+	e.t.Helper()
+	if err := testkit.Produce(context.Background(), e.brokers, inputTopic, recs); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) waitCaughtUp(within time.Duration) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := testkit.WaitCaughtUp(ctx, e.brokers, group, inputTopic); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) read(topic string) []*kgo.Record {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	recs, err := testkit.ReadAll(ctx, e.brokers, topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return recs
+}
+
+// verify checks the committed outputs against the workload's expectation and
+// logs the figure line.
+func (e *env) verify(exp workload.Expect, figure string) testkit.Report {
+	e.t.Helper()
+	rep := testkit.CheckProjection(e.read(projTopic), exp.Final)
+	dl := testkit.DeadLetters(e.read(dlqTopic))
+	problems := testkit.CheckDeadLetters(dl, exp.DeadLetterValues)
+	e.t.Logf("%s; %s; dead letters %d (want %d)", figure, rep, len(dl), len(exp.DeadLetterValues))
+	if !rep.OK() {
+		e.t.Errorf("projection check failed: %s", rep)
+	}
+	if len(problems) > 0 {
+		e.t.Errorf("dead-letter check failed (%d problems): %s", len(problems), strings.Join(problems[:min(len(problems), 10)], "\n"))
+	}
+	return rep
+}
+
+var errCrash = errors.New("injected crash")
+
+// once returns a hook that fails the n-th time it is called.
+func once(n int) func() error {
+	var mu sync.Mutex
+	calls := 0
+	return func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == n {
+			return fmt.Errorf("%w at call %d", errCrash, n)
+		}
+		return nil
+	}
+}
+
+func fmtFigure(n, dupes, crashes, aborts int) string {
+	return fmt.Sprintf("%d events, %d dupes injected, %d crashes, %d aborts", n, dupes, crashes, aborts)
+}

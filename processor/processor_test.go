@@ -1,0 +1,49 @@
+package processor_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/projector-dev/projector/internal/workload"
+)
+
+func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.Expect) {
+	o := workload.Defaults()
+	o.Seed, o.Events, o.Aggregates = seed, events, aggs
+	return workload.Generate(o)
+}
+
+// TestExactlyOnceEndToEnd is acceptance 3 of the core issue: ≥ 4 partitions,
+// ≥ 100k events over ≥ 10k aggregates with duplicates (some re-serialised),
+// reordering, late gaps, stale writers, conflicts and invalid records.
+func TestExactlyOnceEndToEnd(t *testing.T) {
+	events, aggs := 100_000, 10_000
+	if testing.Short() {
+		events, aggs = 20_000, 2_000
+	}
+	e := newEnv(t, 4)
+	recs, exp := smallWorkload(42, events, aggs)
+	e.produce(recs)
+	in := e.start(instOpts{})
+	e.waitCaughtUp(5 * time.Minute)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	st := in.p.Stats()
+	for _, c := range []struct {
+		outcome string
+		want    int
+	}{
+		{"applied", exp.Applied}, {"duplicate", exp.Duplicates}, {"stale", exp.Stale},
+		{"held", exp.Held}, {"conflict", exp.Conflicts}, {"invalid", exp.Invalid},
+	} {
+		if got := st.Outcome(c.outcome); got != int64(c.want) {
+			t.Errorf("outcome %s: got %d, want %d", c.outcome, got, c.want)
+		}
+	}
+	e.verify(exp, figure(len(recs), exp, 0, 0))
+}
+
+func figure(n int, exp workload.Expect, crashes, aborts int) string {
+	return fmtFigure(n, exp.Duplicates, crashes, aborts)
+}

@@ -1,0 +1,101 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ensureTopics creates the topics the processor needs when they are missing
+// and checks that every changelog is co-partitioned with its input.
+func (p *Processor) ensureTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(p.cfg.Brokers...)}, p.cfg.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("processor: admin client: %w", err)
+	}
+	defer cl.Close()
+	return EnsureTopics(ctx, kadm.NewClient(cl), p.topicSpecs(), p.cfg.Partitions)
+}
+
+// TopicSpec describes one topic the processor uses.
+type TopicSpec struct {
+	Name      string
+	Compacted bool
+	// CopartitionOf names the topic whose partition count this one must match.
+	CopartitionOf string
+}
+
+func (p *Processor) topicSpecs() []TopicSpec {
+	var specs []TopicSpec
+	for _, in := range p.cfg.Inputs {
+		specs = append(specs, TopicSpec{Name: in})
+	}
+	for _, in := range p.cfg.Inputs {
+		specs = append(specs, TopicSpec{Name: ChangelogTopic(p.cfg.Name, in), Compacted: true, CopartitionOf: in})
+	}
+	for _, pr := range p.cfg.Projections {
+		specs = append(specs, TopicSpec{Name: pr.Topic, Compacted: true})
+	}
+	specs = append(specs, TopicSpec{Name: p.cfg.DeadLetterTopic})
+	if p.cfg.Mode == Live {
+		specs = append(specs, TopicSpec{Name: p.cfg.EffectsTopic})
+	}
+	return specs
+}
+
+// EnsureTopics creates missing topics in order (a topic is created after the
+// one it is co-partitioned with) and verifies co-partitioning.
+func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, partitions int32) error {
+	names := make([]string, 0, len(specs))
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("processor: list topics: %w", err)
+	}
+	count := func(t string) (int32, bool) {
+		d, ok := details[t]
+		if !ok || d.Err != nil {
+			return 0, false
+		}
+		return int32(len(d.Partitions)), true
+	}
+	for _, s := range specs {
+		want := partitions
+		if s.CopartitionOf != "" {
+			n, ok := count(s.CopartitionOf)
+			if !ok {
+				return fmt.Errorf("processor: topic %s: its input %s does not exist", s.Name, s.CopartitionOf)
+			}
+			want = n
+		}
+		if n, ok := count(s.Name); ok {
+			if s.CopartitionOf != "" && n != want {
+				return fmt.Errorf("processor: changelog %s has %d partitions but its input %s has %d; they must be co-partitioned", s.Name, n, s.CopartitionOf, want)
+			}
+			continue
+		}
+		var cfgs map[string]*string
+		if s.Compacted {
+			compact := "compact"
+			cfgs = map[string]*string{"cleanup.policy": &compact}
+		}
+		resp, err := adm.CreateTopic(ctx, want, -1, cfgs, s.Name)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("processor: create topic %s: %w", s.Name, err)
+		}
+		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("processor: create topic %s: %w", s.Name, resp.Err)
+		}
+		details[s.Name] = kadm.TopicDetail{Topic: s.Name, Partitions: make(kadm.PartitionDetails, want)}
+		for i := int32(0); i < want; i++ {
+			details[s.Name].Partitions[i] = kadm.PartitionDetail{Topic: s.Name, Partition: i}
+		}
+	}
+	return nil
+}

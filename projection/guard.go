@@ -1,0 +1,494 @@
+package projection
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/projector-dev/projector/internal/envelope"
+)
+
+// Changelog-key kind bytes of the guard's state.
+const (
+	KindAggregate = 'a'
+	KindHeld      = 'h'
+)
+
+// Outcome is the guard's verdict on one offered event.
+type Outcome uint8
+
+const (
+	Applied Outcome = iota
+	Stale
+	Held
+	// Failed: the handler returned an error; the event is dead-lettered and
+	// the guard did not advance.
+	Failed
+	// Overflow: the aggregate already holds the maximum number of events; the
+	// event is dead-lettered instead of held.
+	Overflow
+)
+
+func (o Outcome) String() string {
+	return [...]string{"applied", "stale", "held", "failed", "overflow"}[o]
+}
+
+// KV is the staged state the guard reads and writes (a *state.Txn).
+type KV interface {
+	Get(key []byte) ([]byte, bool, error)
+	Set(key, val []byte)
+	Delete(key []byte)
+	Scan(prefix []byte, fn func(key, value []byte) error) error
+}
+
+// Source locates an event's original record, for outputs and dead letters.
+type Source struct {
+	Offset     int64
+	Key, Value []byte
+}
+
+// Change is one application of an event to an aggregate: the processor emits
+// one projection record per Change.
+type Change struct {
+	Event   *Event
+	Source  Source
+	Version int64
+	State   []byte // nil when Deleted
+	Deleted bool
+	Effects []Intent
+}
+
+// Failure is an event the handler rejected (or a held event that could not be
+// re-read); the processor dead-letters it.
+type Failure struct {
+	Source Source
+	Err    error
+}
+
+// Step is everything one Offer (or Expire) did.
+type Step struct {
+	Outcome  Outcome
+	Changes  []Change  // in version order; drained held events follow the offered one
+	Failures []Failure // dead-letter these with reason handler-error
+	Dropped  []Source  // dead-letter these with reason gap-timeout
+	// Gap is the aggregate's gap after the step: HeldCount events wait since
+	// HeldSince (zero when none wait).
+	HeldCount int64
+	HeldSince time.Time
+}
+
+// Guard applies one projection's events to aggregate state through a KV.
+type Guard struct {
+	P       *Projection
+	MaxHeld int64
+}
+
+// aggState is the stored per-aggregate record.
+type aggState struct {
+	version   int64
+	deleted   bool
+	heldCount int64
+	heldSince int64 // unix ms; 0 when nothing is held
+	doc       []byte
+}
+
+const aggFormat = 1
+
+func (s *aggState) encode() []byte {
+	b := make([]byte, 0, 24+len(s.doc))
+	b = append(b, aggFormat)
+	b = binary.AppendUvarint(b, uint64(s.version))
+	var flags byte
+	if s.deleted {
+		flags |= 1
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(s.heldCount))
+	b = binary.AppendVarint(b, s.heldSince)
+	return append(b, s.doc...)
+}
+
+var errCorrupt = errors.New("projection: corrupt aggregate record")
+
+func decodeAgg(b []byte) (aggState, error) {
+	var s aggState
+	if len(b) < 1 || b[0] != aggFormat {
+		return s, errCorrupt
+	}
+	b = b[1:]
+	v, n := binary.Uvarint(b)
+	if n <= 0 || len(b) < n+1 {
+		return s, errCorrupt
+	}
+	s.version = int64(v)
+	s.deleted = b[n]&1 != 0
+	b = b[n+1:]
+	hc, n := binary.Uvarint(b)
+	if n <= 0 {
+		return s, errCorrupt
+	}
+	s.heldCount = int64(hc)
+	b = b[n:]
+	hs, n := binary.Varint(b)
+	if n <= 0 {
+		return s, errCorrupt
+	}
+	s.heldSince = hs
+	s.doc = b[n:]
+	return s, nil
+}
+
+// AggregateKey is the state key of (projection, aggregate) below taskPrefix.
+func AggregateKey(taskPrefix []byte, projection, aggregate string) []byte {
+	k := make([]byte, 0, len(taskPrefix)+len(projection)+len(aggregate)+4)
+	k = append(k, taskPrefix...)
+	k = append(k, KindAggregate)
+	k = binary.AppendUvarint(k, uint64(len(projection)))
+	k = append(k, projection...)
+	return append(k, aggregate...)
+}
+
+// HeldPrefix is the key prefix of an aggregate's held events, ordered by version.
+func HeldPrefix(taskPrefix []byte, projection, aggregate string) []byte {
+	k := make([]byte, 0, len(taskPrefix)+len(projection)+len(aggregate)+16)
+	k = append(k, taskPrefix...)
+	k = append(k, KindHeld)
+	k = binary.AppendUvarint(k, uint64(len(projection)))
+	k = append(k, projection...)
+	k = binary.AppendUvarint(k, uint64(len(aggregate)))
+	return append(k, aggregate...)
+}
+
+func heldKey(prefix []byte, version int64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(version))
+}
+
+// ParseHeldKey splits a held key's changelog part (kind byte first) into
+// projection, aggregate and version.
+func ParseHeldKey(k []byte) (projection, aggregate string, version int64, err error) {
+	if len(k) < 1 || k[0] != KindHeld {
+		return "", "", 0, errCorrupt
+	}
+	k = k[1:]
+	n, w := binary.Uvarint(k)
+	if w <= 0 || len(k) < w+int(n) {
+		return "", "", 0, errCorrupt
+	}
+	projection, k = string(k[w:w+int(n)]), k[w+int(n):]
+	n, w = binary.Uvarint(k)
+	if w <= 0 || len(k) != w+int(n)+8 {
+		return "", "", 0, errCorrupt
+	}
+	aggregate = string(k[w : w+int(n)])
+	version = int64(binary.BigEndian.Uint64(k[w+int(n):]))
+	return projection, aggregate, version, nil
+}
+
+func encodeHeld(at time.Time, src Source) []byte {
+	b := make([]byte, 0, 24+len(src.Key)+len(src.Value))
+	b = binary.AppendVarint(b, at.UnixMilli())
+	b = binary.AppendVarint(b, src.Offset)
+	if src.Key == nil {
+		b = binary.AppendVarint(b, -1)
+	} else {
+		b = binary.AppendVarint(b, int64(len(src.Key)))
+		b = append(b, src.Key...)
+	}
+	return append(b, src.Value...)
+}
+
+// DecodeHeld decodes a held event's stored value.
+func DecodeHeld(b []byte) (at time.Time, src Source, err error) {
+	ms, n := binary.Varint(b)
+	if n <= 0 {
+		return at, src, errCorrupt
+	}
+	b = b[n:]
+	src.Offset, n = binary.Varint(b)
+	if n <= 0 {
+		return at, src, errCorrupt
+	}
+	b = b[n:]
+	kl, n := binary.Varint(b)
+	if n <= 0 || kl > int64(len(b)-n) {
+		return at, src, errCorrupt
+	}
+	b = b[n:]
+	if kl >= 0 {
+		src.Key, b = b[:kl:kl], b[kl:]
+	}
+	src.Value = b
+	return time.UnixMilli(ms), src, nil
+}
+
+func (g *Guard) load(kv KV, key []byte) (aggState, error) {
+	v, ok, err := kv.Get(key)
+	if err != nil || !ok {
+		return aggState{}, err
+	}
+	s, err := decodeAgg(v)
+	if err != nil {
+		return s, fmt.Errorf("projection %s: %w", g.P.Name, err)
+	}
+	return s, nil
+}
+
+// Offer presents a new (deduplicated) event to the guard.
+func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time) (Step, error) {
+	key := AggregateKey(taskPrefix, g.P.Name, ev.AggregateID)
+	st, err := g.load(kv, key)
+	if err != nil {
+		return Step{}, err
+	}
+	var step Step
+	if !g.P.Versioned {
+		g.apply(&st, ev, src, &step)
+		kv.Set(key, st.encode())
+		return step, nil
+	}
+	v := ev.AggregateVersion
+	hp := HeldPrefix(taskPrefix, g.P.Name, ev.AggregateID)
+	switch {
+	case v <= st.version:
+		step.Outcome = Stale
+	case v == st.version+1:
+		g.apply(&st, ev, src, &step)
+		if step.Outcome == Applied {
+			if err := g.drain(kv, hp, &st, &step, now); err != nil {
+				return Step{}, err
+			}
+		}
+		kv.Set(key, st.encode())
+	default:
+		hk := heldKey(hp, v)
+		if _, ok, err := kv.Get(hk); err != nil {
+			return Step{}, err
+		} else if ok {
+			// Another event already waits for this version; first arrival wins.
+			step.Outcome = Stale
+			break
+		}
+		if g.MaxHeld > 0 && st.heldCount >= g.MaxHeld {
+			step.Outcome = Overflow
+			step.Dropped = append(step.Dropped, src)
+			break
+		}
+		kv.Set(hk, encodeHeld(now, src))
+		if st.heldCount == 0 {
+			st.heldSince = now.UnixMilli()
+		}
+		st.heldCount++
+		step.Outcome = Held
+		kv.Set(key, st.encode())
+	}
+	step.HeldCount = st.heldCount
+	if st.heldCount > 0 {
+		step.HeldSince = time.UnixMilli(st.heldSince)
+	}
+	return step, nil
+}
+
+// apply runs the handler for ev as version st.version+1 and records the change.
+func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step) {
+	cur := st.doc
+	if st.deleted || len(cur) == 0 {
+		cur = []byte("{}")
+	}
+	res, err := g.P.Handler.Apply(cur, ev)
+	if err != nil {
+		step.Outcome = Failed
+		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
+		return
+	}
+	st.version++
+	switch {
+	case res.Keep:
+	case res.Delete:
+		st.deleted, st.doc = true, nil
+	default:
+		st.deleted = false
+		st.doc = append([]byte(nil), res.State...)
+	}
+	step.Outcome = Applied
+	step.Changes = append(step.Changes, Change{
+		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: res.Effects,
+	})
+}
+
+// drain applies held events while the next version is waiting.
+func (g *Guard) drain(kv KV, hp []byte, st *aggState, step *Step, now time.Time) error {
+	drained := false
+	for st.heldCount > 0 {
+		hk := heldKey(hp, st.version+1)
+		v, ok, err := kv.Get(hk)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		kv.Delete(hk)
+		st.heldCount--
+		drained = true
+		if !g.applyHeld(st, v, step) {
+			break
+		}
+	}
+	if st.heldCount == 0 {
+		st.heldSince = 0
+	} else if drained {
+		// The gap that held these events closed; a new one starts now.
+		st.heldSince = now.UnixMilli()
+	}
+	return nil
+}
+
+// applyHeld decodes and applies one held event; false if it failed.
+func (g *Guard) applyHeld(st *aggState, stored []byte, step *Step) bool {
+	_, src, err := DecodeHeld(stored)
+	if err != nil {
+		step.Failures = append(step.Failures, Failure{Err: fmt.Errorf("projection %s: held event: %w", g.P.Name, err)})
+		return false
+	}
+	src.Key = append([]byte(nil), src.Key...)
+	src.Value = append([]byte(nil), src.Value...)
+	ev, err := envelope.Decode(src.Value, 0)
+	if err != nil {
+		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
+		return false
+	}
+	outcome := step.Outcome
+	g.apply(st, ev, src, step)
+	ok := step.Outcome == Applied
+	step.Outcome = outcome
+	return ok
+}
+
+// Policy is what to do with a gap that outlived the hold timeout.
+type Policy uint8
+
+const (
+	// Wait keeps holding (the gap is only reported).
+	Wait Policy = iota
+	// Skip applies the held events past the gap, lowest version first.
+	Skip
+	// DeadLetter drops the held events to the dead-letter topic.
+	DeadLetter
+)
+
+// ParsePolicy parses gaps.onTimeout.
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "wait", "":
+		return Wait, nil
+	case "skip":
+		return Skip, nil
+	case "deadletter":
+		return DeadLetter, nil
+	}
+	return Wait, fmt.Errorf("projection: unknown gap policy %q (want wait, skip or deadletter)", s)
+}
+
+// Expire resolves an aggregate's gap by policy (Skip or DeadLetter; Wait does
+// nothing). Operators use Skip through `gaps skip`.
+func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time) (Step, error) {
+	var step Step
+	if p == Wait {
+		return step, nil
+	}
+	key := AggregateKey(taskPrefix, g.P.Name, aggregate)
+	st, err := g.load(kv, key)
+	if err != nil || st.heldCount == 0 {
+		return step, err
+	}
+	hp := HeldPrefix(taskPrefix, g.P.Name, aggregate)
+	type held struct {
+		key, val []byte
+		version  int64
+	}
+	var all []held
+	err = kv.Scan(hp, func(k, v []byte) error {
+		if len(k) != len(hp)+8 {
+			return nil
+		}
+		all = append(all, held{
+			key: append([]byte(nil), k...), val: append([]byte(nil), v...),
+			version: int64(binary.BigEndian.Uint64(k[len(hp):])),
+		})
+		return nil
+	})
+	if err != nil {
+		return step, err
+	}
+	switch p {
+	case DeadLetter:
+		for _, h := range all {
+			kv.Delete(h.key)
+			if _, src, err := DecodeHeld(h.val); err == nil {
+				step.Dropped = append(step.Dropped, Source{Offset: src.Offset,
+					Key: append([]byte(nil), src.Key...), Value: append([]byte(nil), src.Value...)})
+			}
+		}
+		st.heldCount, st.heldSince = 0, 0
+	case Skip:
+		if len(all) > 0 {
+			h := all[0]
+			kv.Delete(h.key)
+			st.heldCount--
+			st.version = h.version - 1 // jump the gap
+			if g.applyHeld(&st, h.val, &step) {
+				if err := g.drain(kv, hp, &st, &step, now); err != nil {
+					return step, err
+				}
+			} else if st.heldCount > 0 {
+				st.heldSince = now.UnixMilli()
+			}
+			if st.heldCount == 0 {
+				st.heldSince = 0
+			}
+		}
+	}
+	kv.Set(key, st.encode())
+	step.HeldCount = st.heldCount
+	if st.heldCount > 0 {
+		step.HeldSince = time.UnixMilli(st.heldSince)
+	}
+	return step, nil
+}
+
+// Snapshot is an aggregate's guard state, for inspection.
+type Snapshot struct {
+	Version   int64
+	Deleted   bool
+	HeldCount int64
+	HeldSince time.Time
+	State     []byte
+}
+
+// Inspect reads an aggregate's guard state.
+func (g *Guard) Inspect(kv KV, taskPrefix []byte, aggregate string) (Snapshot, bool, error) {
+	v, ok, err := kv.Get(AggregateKey(taskPrefix, g.P.Name, aggregate))
+	if err != nil || !ok {
+		return Snapshot{}, ok, err
+	}
+	st, err := decodeAgg(v)
+	if err != nil {
+		return Snapshot{}, false, err
+	}
+	s := Snapshot{Version: st.version, Deleted: st.deleted, HeldCount: st.heldCount, State: st.doc}
+	if st.heldSince != 0 {
+		s.HeldSince = time.UnixMilli(st.heldSince)
+	}
+	return s, true, nil
+}
+
+func (p Policy) String() string {
+	switch p {
+	case Skip:
+		return "skip"
+	case DeadLetter:
+		return "deadletter"
+	}
+	return "wait"
+}
