@@ -201,3 +201,8 @@ func once(n int) func() error {
 func fmtFigure(n, dupes, crashes, aborts int) string {
 	return fmt.Sprintf("%d events, %d dupes injected, %d crashes, %d aborts", n, dupes, crashes, aborts)
 }
+
+func hooksAfterCommit(n int) processor.Hooks { return processor.Hooks{AfterCommit: once(n)} }
+func hooksAfterStage(n int) processor.Hooks  { return processor.Hooks{AfterStage: once(n)} }
+
+func ptr[T any](v T) *T { return &v }

@@ -18,13 +18,13 @@ import (
 
 // Dead-letter reasons (header projector-reason).
 const (
-	ReasonConflict      = "conflict"
-	ReasonGapTimeout    = "gap-timeout"
-	ReasonHandlerError  = "handler-error"
-	HeaderReason        = "projector-reason"
-	HeaderError         = "projector-error"
-	HeaderSource        = "projector-source"
-	endTimeoutHeadroom  = 10 * time.Second
+	ReasonConflict     = "conflict"
+	ReasonGapTimeout   = "gap-timeout"
+	ReasonHandlerError = "handler-error"
+	HeaderReason       = "projector-reason"
+	HeaderError        = "projector-error"
+	HeaderSource       = "projector-source"
+	endTimeoutHeadroom = 10 * time.Second
 )
 
 // batch is one transaction's work: the staged state, the records to produce

@@ -1,0 +1,429 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Condition restricts a side effect to events whose Field equals Equals.
+type Condition struct {
+	// Field is a dotted path into the event envelope: an envelope field name
+	// (eventId, eventType, aggregateId, aggregateType, aggregateVersion,
+	// tenantId, occurredAt, correlationId, causationId, producer), or
+	// payload / payload.<path>.
+	Field string `yaml:"field"`
+	// Equals is the value to compare with; required and not null. From YAML
+	// it holds what encoding/json would decode into any (string, float64,
+	// bool, []any, map[string]any).
+	Equals any `yaml:"equals"`
+}
+
+// Path returns Field split at the dots, e.g. ["payload", "reasonCode"].
+func (c *Condition) Path() []string { return strings.Split(c.Field, ".") }
+
+// Match reports whether v, the value found at Field, equals Equals. Values
+// are compared by their JSON encodings, so 1 and 1.0 match, and objects
+// match regardless of key order.
+func (c *Condition) Match(v any) bool {
+	a, err1 := json.Marshal(normalizeNumber(v))
+	b, err2 := json.Marshal(normalizeNumber(c.Equals))
+	return err1 == nil && err2 == nil && bytes.Equal(a, b)
+}
+
+func normalizeNumber(v any) any {
+	if n, ok := v.(json.Number); ok {
+		if f, err := n.Float64(); err == nil {
+			return f
+		}
+	}
+	return v
+}
+
+// EnvelopeFields are the envelope field names a condition may start with.
+var EnvelopeFields = []string{
+	"eventId", "eventType", "aggregateId", "aggregateType", "aggregateVersion",
+	"tenantId", "occurredAt", "correlationId", "causationId", "producer", "payload",
+}
+
+// splitBrokers interprets the scalar form of kafka.brokers.
+func splitBrokers(s string) (brokers []string, embedded bool) {
+	s = strings.TrimSpace(s)
+	if s == EmbeddedBrokers {
+		return nil, true
+	}
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	return brokers, false
+}
+
+// SetBrokers sets Brokers and Embedded from a flag value: "embedded" or a
+// comma-separated list of host:port. It reports an *Error for kafka.brokers.
+func (k *Kafka) SetBrokers(s string) error {
+	brokers, embedded := splitBrokers(s)
+	if !embedded && len(brokers) == 0 {
+		return &Error{Key: "kafka.brokers", Msg: fmt.Sprintf("expected host:port[,host:port…] or %q, got %q", EmbeddedBrokers, s)}
+	}
+	for _, b := range brokers {
+		if msg := checkAddr(b, false, 1); msg != "" {
+			return &Error{Key: "kafka.brokers", Msg: msg}
+		}
+	}
+	k.Brokers, k.Embedded = brokers, embedded
+	return nil
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+const (
+	maxNameLen  = 200 // leaves room for topic suffixes within Kafka's 249
+	maxTopicLen = 249
+)
+
+// Validate checks a Config that has had ApplyDefaults applied. It reports
+// every problem found, not just the first, as an *Error or an errors.Join of
+// them. It does not modify c and does not touch the file system.
+func (c *Config) Validate() error {
+	var l errorList
+	checkName(&l, "name", c.Name)
+	c.validateKafka(&l)
+
+	if c.Name != "" && c.State.Dir == "" {
+		l.add("state.dir", "required")
+	}
+	if c.State.CacheSize < 0 {
+		l.add("state.cacheSize", "must be positive, got %d", int64(c.State.CacheSize))
+	}
+	positive(&l, "dedup.retention", c.Dedup.Retention)
+	positive(&l, "gaps.holdTimeout", c.Gaps.HoldTimeout)
+	oneOf(&l, "gaps.onTimeout", c.Gaps.OnTimeout, OnTimeoutWait, OnTimeoutSkip, OnTimeoutDeadLetter)
+	if c.Gaps.MaxHeldPerAggregate < 1 {
+		l.add("gaps.maxHeldPerAggregate", "must be at least 1, got %d", c.Gaps.MaxHeldPerAggregate)
+	}
+
+	c.validateProjections(&l)
+	c.validateSideEffects(&l)
+
+	if c.HTTP.Enabled() {
+		if msg := checkAddr(c.HTTP.Listen, true, 0); msg != "" {
+			l.add("http.listen", "%s (or %q to disable)", msg, HTTPOff)
+		}
+	}
+	return l.err()
+}
+
+func (c *Config) validateKafka(l *errorList) {
+	k := &c.Kafka
+	switch {
+	case k.Embedded && len(k.Brokers) > 0:
+		l.add("kafka.brokers", "must be empty when the embedded broker is used")
+	case !k.Embedded && len(k.Brokers) == 0:
+		l.add("kafka.brokers", "required: a list of host:port, or %q for the in-process broker", EmbeddedBrokers)
+	}
+	for i, b := range k.Brokers {
+		key := fmt.Sprintf("kafka.brokers[%d]", i)
+		if b == EmbeddedBrokers {
+			l.add(key, "%q must stand alone: brokers: %s", EmbeddedBrokers, EmbeddedBrokers)
+		} else if msg := checkAddr(b, false, 1); msg != "" {
+			l.add(key, "%s", msg)
+		}
+	}
+
+	eb := &k.EmbeddedBroker
+	if k.Embedded {
+		if eb.Dir == "" && c.Name != "" {
+			l.add("kafka.embeddedBroker.dir", "required")
+		} else if eb.Dir != "" && c.State.Dir != "" && pathOverlaps(eb.Dir, c.State.Dir) {
+			l.add("kafka.embeddedBroker.dir", "must not overlap state.dir %q", c.State.Dir)
+		}
+	}
+	if msg := checkAddr(eb.Listen, true, 0); msg != "" {
+		l.add("kafka.embeddedBroker.listen", "%s", msg)
+	}
+	if eb.Partitions < 1 || eb.Partitions > 1024 {
+		l.add("kafka.embeddedBroker.partitions", "must be between 1 and 1024, got %d", eb.Partitions)
+	}
+
+	switch {
+	case k.InstanceID == "":
+		l.add("kafka.instanceId", "required (the host name could not be determined)")
+	case len(k.InstanceID) > maxNameLen || !nameRE.MatchString(k.InstanceID):
+		l.add("kafka.instanceId", "must be 1 to %d characters of A-Z a-z 0-9 . _ -, got %q", maxNameLen, k.InstanceID)
+	}
+
+	if len(k.Input) == 0 {
+		l.add("kafka.input", "at least one input topic is required")
+	}
+	inputs := map[string]string{}
+	for i, t := range k.Input {
+		key := fmt.Sprintf("kafka.input[%d]", i)
+		if checkTopic(l, key, t) {
+			if prev, dup := inputs[t]; dup {
+				l.add(key, "duplicate of %s", prev)
+			} else {
+				inputs[t] = key
+			}
+		}
+	}
+	// Output topics must differ from inputs (a loop) and from each other.
+	outputs := map[string]string{}
+	output := func(key, topic string) {
+		if topic == "" && c.Name == "" {
+			return // the missing name is reported; this is its consequence
+		}
+		if !checkTopic(l, key, topic) {
+			return
+		}
+		if in, ok := inputs[topic]; ok {
+			l.add(key, "topic %q is also an input topic (%s)", topic, in)
+		} else if prev, ok := outputs[topic]; ok {
+			l.add(key, "topic %q is already used by %s", topic, prev)
+		} else {
+			outputs[topic] = key
+		}
+	}
+	output("kafka.deadLetterTopic", k.DeadLetterTopic)
+	output("kafka.effectsTopic", k.EffectsTopic)
+	for i := range c.Projections {
+		if t := c.Projections[i].Topic; t != "" {
+			output(fmt.Sprintf("projections[%d].topic", i), t)
+		}
+	}
+
+	if k.TransactionTimeout <= 0 || k.TransactionTimeout >= Duration(15*time.Minute) {
+		l.add("kafka.transactionTimeout", "must be more than 0 and less than 15m, got %s", k.TransactionTimeout)
+	}
+	if k.MaxRecordsPerTransaction < 1 || k.MaxRecordsPerTransaction > 1_000_000 {
+		l.add("kafka.maxRecordsPerTransaction", "must be between 1 and 1000000, got %d", k.MaxRecordsPerTransaction)
+	}
+	positive(l, "kafka.sessionTimeout", k.SessionTimeout)
+
+	if t := k.TLS; t != nil {
+		if t.CertFile != "" && t.KeyFile == "" {
+			l.add("kafka.tls.keyFile", "required with certFile")
+		}
+		if t.KeyFile != "" && t.CertFile == "" {
+			l.add("kafka.tls.certFile", "required with keyFile")
+		}
+	}
+	if s := k.SASL; s != nil {
+		oneOf(l, "kafka.sasl.mechanism", s.Mechanism, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+		if s.Username == "" {
+			l.add("kafka.sasl.username", "required")
+		}
+		if s.Password == "" {
+			l.add("kafka.sasl.password", "required")
+		}
+	}
+}
+
+func (c *Config) validateProjections(l *errorList) {
+	if len(c.Projections) == 0 {
+		l.add("projections", "at least one projection is required")
+	}
+	names := map[string]int{}
+	for i := range c.Projections {
+		p := &c.Projections[i]
+		key := fmt.Sprintf("projections[%d]", i)
+		if checkName(l, key+".name", p.Name) {
+			if j, dup := names[p.Name]; dup {
+				l.add(key+".name", "duplicate of projections[%d].name %q", j, p.Name)
+			} else {
+				names[p.Name] = i
+			}
+		}
+		if p.Topic == "" {
+			l.add(key+".topic", "required")
+		} // otherwise checked with the other topics in validateKafka
+		seen := map[string]bool{}
+		for j, t := range p.AggregateTypes {
+			k := fmt.Sprintf("%s.aggregateTypes[%d]", key, j)
+			switch {
+			case t == "":
+				l.add(k, "must not be empty")
+			case seen[t]:
+				l.add(k, "duplicate %q", t)
+			}
+			seen[t] = true
+		}
+		if len(p.Events) == 0 {
+			l.add(key+".events", "at least one eventType: rule (%s or %s) is required", RuleMerge, RuleDelete)
+		}
+		for _, et := range sortedKeys(p.Events) {
+			k := key + ".events." + et
+			if et == "" {
+				l.add(key+".events", "an event type must not be empty")
+				continue
+			}
+			if r := p.Events[et]; r != RuleMerge && r != RuleDelete {
+				l.add(k, "rule must be %q or %q, got %q", RuleMerge, RuleDelete, r)
+			}
+		}
+	}
+}
+
+func (c *Config) validateSideEffects(l *errorList) {
+	names := map[string]int{}
+	for i := range c.SideEffects {
+		s := &c.SideEffects[i]
+		key := fmt.Sprintf("sideEffects[%d]", i)
+		if checkName(l, key+".name", s.Name) {
+			if j, dup := names[s.Name]; dup {
+				l.add(key+".name", "duplicate of sideEffects[%d].name %q", j, s.Name)
+			} else {
+				names[s.Name] = i
+			}
+		}
+		if len(s.On) == 0 {
+			l.add(key+".on", "at least one event type is required")
+		}
+		seen := map[string]bool{}
+		for j, t := range s.On {
+			k := fmt.Sprintf("%s.on[%d]", key, j)
+			switch {
+			case t == "":
+				l.add(k, "must not be empty")
+			case seen[t]:
+				l.add(k, "duplicate %q", t)
+			}
+			seen[t] = true
+		}
+		if w := s.When; w != nil {
+			if msg := checkFieldPath(w.Field); msg != "" {
+				l.add(key+".when.field", "%s", msg)
+			}
+			if w.Equals == nil {
+				l.add(key+".when.equals", "required (a string, number, boolean, list or mapping; not null)")
+			}
+		}
+		if s.Key == "" {
+			l.add(key+".key", "required: an idempotency key template such as \"%s:{aggregateId}:v{aggregateVersion}\"", s.Name)
+		} else if _, err := parseTemplate(s.Key); err != nil {
+			l.add(key+".key", "%v", err)
+		}
+		checkURL(l, key+".webhook.url", s.Webhook.URL)
+		positive(l, key+".webhook.timeout", s.Webhook.Timeout)
+		if s.MaxAttempts < 1 || s.MaxAttempts > 1000 {
+			l.add(key+".maxAttempts", "must be between 1 and 1000, got %d", s.MaxAttempts)
+		}
+		oneOf(l, key+".onUnknown", s.OnUnknown, OnUnknownRetry, OnUnknownPark)
+	}
+}
+
+func checkName(l *errorList, key, name string) bool {
+	switch {
+	case name == "":
+		l.add(key, "required")
+	case len(name) > maxNameLen || !nameRE.MatchString(name) || strings.Trim(name, ".") == "":
+		l.add(key, "must be 1 to %d characters of A-Z a-z 0-9 . _ - (not only dots), got %q", maxNameLen, name)
+	default:
+		return true
+	}
+	return false
+}
+
+// checkTopic applies Kafka's topic name rules.
+func checkTopic(l *errorList, key, topic string) bool {
+	switch {
+	case topic == "":
+		l.add(key, "required")
+	case len(topic) > maxTopicLen || !nameRE.MatchString(topic) || topic == "." || topic == "..":
+		l.add(key, "invalid topic name %q: 1 to %d characters of A-Z a-z 0-9 . _ -, not . or ..", topic, maxTopicLen)
+	default:
+		return true
+	}
+	return false
+}
+
+// checkAddr validates host:port; listen addresses may omit the host (all
+// interfaces). It returns "" when valid.
+func checkAddr(addr string, listen bool, minPort int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("invalid address %q: expected host:port", addr)
+	}
+	if host == "" && !listen {
+		return fmt.Sprintf("invalid address %q: missing host", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < minPort || n > 65535 {
+		return fmt.Sprintf("invalid address %q: port must be a number from %d to 65535", addr, minPort)
+	}
+	return ""
+}
+
+func checkURL(l *errorList, key, raw string) {
+	if raw == "" {
+		l.add(key, "required")
+		return
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		l.add(key, "invalid URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		l.add(key, "must be an absolute http or https URL, got %q", raw)
+	case u.Host == "":
+		l.add(key, "missing host in %q", raw)
+	}
+}
+
+func checkFieldPath(field string) string {
+	if field == "" {
+		return "required: an envelope field such as eventType or payload.reasonCode"
+	}
+	segs := strings.Split(field, ".")
+	if !slices.Contains(EnvelopeFields, segs[0]) {
+		return fmt.Sprintf("must start with an envelope field (%s), got %q", strings.Join(EnvelopeFields, ", "), field)
+	}
+	if len(segs) > 1 && segs[0] != "payload" {
+		return fmt.Sprintf("only payload has nested fields, got %q", field)
+	}
+	if slices.Contains(segs, "") {
+		return fmt.Sprintf("empty path segment in %q", field)
+	}
+	return ""
+}
+
+func positive(l *errorList, key string, d Duration) {
+	if d <= 0 {
+		l.add(key, "must be more than 0, got %s", d)
+	}
+}
+
+func oneOf(l *errorList, key, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		l.add(key, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+}
+
+// pathOverlaps reports whether a and b are the same directory or one
+// contains the other (lexically).
+func pathOverlaps(a, b string) bool {
+	a, b = filepath.Clean(a), filepath.Clean(b)
+	within := func(x, y string) bool {
+		r, err := filepath.Rel(y, x)
+		return err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator))
+	}
+	return within(a, b) || within(b, a)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
