@@ -102,7 +102,7 @@ func (p *Processor) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]i
 func (p *Processor) Run(ctx context.Context) error {
 	log := p.cfg.Logger
 	if err := p.ensureTopics(ctx); err != nil {
-		return err
+		return p.stopping(ctx, err)
 	}
 	sess, err := kgo.NewGroupTransactSession(p.sessionOpts()...)
 	if err != nil {
@@ -127,7 +127,7 @@ func (p *Processor) Run(ctx context.Context) error {
 			return nil
 		}
 		if err := p.syncAssignment(ctx, r); err != nil {
-			return err
+			return p.stopping(ctx, err)
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
 		fetches := sess.PollRecords(pollCtx, p.cfg.MaxRecordsPerTxn)
@@ -151,10 +151,10 @@ func (p *Processor) Run(ctx context.Context) error {
 		// Re-sync: a rebalance may have happened during the poll; the tasks
 		// with records must be restored (again) before they are processed.
 		if err := p.syncAssignment(ctx, r); err != nil {
-			return err
+			return p.stopping(ctx, err)
 		}
 		if err := p.verify(ctx, r, fetches); err != nil {
-			return err
+			return p.stopping(ctx, err)
 		}
 		now := p.cfg.Now()
 		expiring := p.expiring(now)
@@ -165,6 +165,16 @@ func (p *Processor) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// stopping turns an error caused by shutdown (a restore cut short, say) into
+// a clean stop: no transaction is open at these points, so nothing is lost.
+func (p *Processor) stopping(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		p.cfg.Logger.Info("processor stopping", "interrupted", err)
+		return nil
+	}
+	return err
 }
 
 // isFatal reports client errors after which the loop must not continue.
