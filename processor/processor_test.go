@@ -7,7 +7,12 @@ import (
 	"github.com/projector-dev/projector/internal/workload"
 )
 
+// smallWorkload generates a seeded stream; under -race or -short it is a
+// fifth of the size.
 func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.Expect) {
+	if raceEnabled || testing.Short() {
+		events, aggs = events/5, max(aggs/5, 1)
+	}
 	o := workload.Defaults()
 	o.Seed, o.Events, o.Aggregates = seed, events, aggs
 	return workload.Generate(o)
@@ -17,12 +22,8 @@ func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.E
 // ≥ 100k events over ≥ 10k aggregates with duplicates (some re-serialised),
 // reordering, late gaps, stale writers, conflicts and invalid records.
 func TestExactlyOnceEndToEnd(t *testing.T) {
-	events, aggs := 100_000, 10_000
-	if testing.Short() {
-		events, aggs = 20_000, 2_000
-	}
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(42, events, aggs)
+	recs, exp := smallWorkload(42, 100_000, 10_000)
 	e.produce(recs)
 	in := e.start(instOpts{})
 	e.waitCaughtUp(5 * time.Minute)

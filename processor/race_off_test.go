@@ -1,0 +1,5 @@
+//go:build !race
+
+package processor_test
+
+const raceEnabled = false

@@ -1,0 +1,44 @@
+// Package sideeffects turns side-effect intents into at most one external call
+// success per idempotency key: the rules that derive intents from applied
+// events, the keyed ledger that records every key's life, the webhook
+// executor, and the Runner that drives pending keys to an outcome.
+//
+// The pieces, in the order a key meets them:
+//
+//   - Rules derives intents (effect name + idempotency key) from an applied
+//     event; IntentValue builds the record value produced to the intents topic
+//     (CONTRACT.md §3) and ParseIntent reads it back.
+//   - Ledger.Offer records a key as pending the first time it is seen. Every
+//     later offer of the same key, from a redelivery or from another
+//     projection, is a duplicate and changes nothing.
+//   - The Runner marks a due key in-flight, and only once that is durably
+//     committed calls the Executor (the Webhook), then records the outcome.
+//
+// Invariants:
+//
+//  1. At most one success per key, ever. A key whose entry is succeeded or
+//     failed is terminal: every ledger transition out of it is refused, so it
+//     is never executed again, whatever is offered, enqueued or restarted.
+//  2. In-flight before the call. The transition to in-flight is committed
+//     (Store.Update returned nil) before the executor is called. A process
+//     that stops between the call and the recording of its outcome leaves the
+//     entry in-flight; Ledger.Recover, run before any execution, turns every
+//     in-flight entry into unknown, because the call may or may not have taken
+//     effect.
+//  3. Unknown is never guessed. An unknown entry is either retried with the
+//     same idempotency key (onUnknown: retry, for receivers that honour
+//     Idempotency-Key) or parked until an operator resolves it
+//     (Ledger.Resolve, "projector effects resolve"). It is never marked failed
+//     or succeeded by the executor on its own, not even when maxAttempts is
+//     exhausted: it then stays unknown for the operator.
+//  4. The ledger is the only authority. The Runner's in-memory schedule is a
+//     hint; every execution decision is re-read from the ledger inside the
+//     transaction that starts the attempt, so stale or duplicate schedule
+//     entries are harmless.
+//  5. The ledger reads and writes only through the KV it is given (a staged
+//     state.Txn in the processor), so none of its writes outlives an aborted
+//     Kafka transaction, and all of them reach the changelog.
+//
+// Rebuild mode (DESIGN.md invariant 7) is the caller's concern: in rebuild
+// the processor neither produces intents nor runs a Runner.
+package sideeffects

@@ -1,0 +1,107 @@
+package sideeffects
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/projection"
+)
+
+// ErrBadIntent is wrapped by ParseIntent for a value that is not an intent.
+var ErrBadIntent = errors.New("sideeffects: invalid intent value")
+
+// Intent is one side-effect intent as read from the intents topic.
+type Intent struct {
+	Key              string          `json:"key"`
+	Effect           string          `json:"effect"`
+	Projection       string          `json:"projection"`
+	AggregateID      string          `json:"aggregateId"`
+	AggregateVersion int64           `json:"aggregateVersion"`
+	EventID          string          `json:"eventId"`
+	Event            json.RawMessage `json:"event"`
+	// Value is the whole record value the intent was parsed from; it is what
+	// the ledger keeps and what the webhook receives as its body.
+	Value []byte `json:"-"`
+}
+
+// IntentValue builds the intents-topic record value of CONTRACT.md §3:
+//
+//	{"key","effect","projection","aggregateId","aggregateVersion","eventId","event":{…}}
+//
+// rawEvent is the envelope exactly as consumed, embedded unchanged so the
+// receiver sees the producer's bytes. version is the version the projection
+// applied (the envelope's aggregateVersion for versioned projections).
+func IntentValue(in projection.Intent, projectionName string, ev *envelope.Event, version int64, rawEvent []byte) []byte {
+	raw := bytes.TrimSpace(rawEvent)
+	if len(raw) == 0 {
+		raw = []byte("null")
+	}
+	v := make([]byte, 0, 160+len(in.Key)+len(ev.AggregateID)+len(ev.EventID)+len(raw))
+	v = append(v, `{"key":`...)
+	v = appendJSONString(v, in.Key)
+	v = append(v, `,"effect":`...)
+	v = appendJSONString(v, in.Effect)
+	v = append(v, `,"projection":`...)
+	v = appendJSONString(v, projectionName)
+	v = append(v, `,"aggregateId":`...)
+	v = appendJSONString(v, ev.AggregateID)
+	v = append(v, `,"aggregateVersion":`...)
+	v = strconv.AppendInt(v, version, 10)
+	v = append(v, `,"eventId":`...)
+	v = appendJSONString(v, ev.EventID)
+	v = append(v, `,"event":`...)
+	v = append(v, raw...)
+	return append(v, '}')
+}
+
+// ParseIntent reads an intents-topic record value. Key and effect are
+// required; the other members are informational. Errors wrap ErrBadIntent.
+func ParseIntent(value []byte) (Intent, error) {
+	var in Intent
+	if err := json.Unmarshal(value, &in); err != nil {
+		return Intent{}, fmt.Errorf("%w: %v", ErrBadIntent, err)
+	}
+	switch {
+	case in.Key == "":
+		return Intent{}, fmt.Errorf("%w: key is missing or empty", ErrBadIntent)
+	case in.Effect == "":
+		return Intent{}, fmt.Errorf("%w: effect is missing or empty", ErrBadIntent)
+	}
+	in.Value = append([]byte(nil), value...)
+	return in, nil
+}
+
+// appendJSONString appends s as a JSON string. It escapes what JSON requires
+// (quote, backslash, control characters) and nothing else, so ids and keys
+// stay readable; s is valid UTF-8 (validated envelope fields and payload).
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,418 @@
+package sideeffects
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// KeyPrefix starts every ledger key, after the caller's prefix (the task
+// prefix of the effects-topic partition in the processor's state): the key
+// of an idempotency key k is prefix + KeyPrefix + k.
+const KeyPrefix byte = 'e'
+
+// MaxHistory bounds the attempts kept in an entry; older ones are dropped
+// (Attempts still counts them) so that a long unknown-retry loop cannot grow
+// a changelog record without bound.
+const MaxHistory = 64
+
+// formatV1 is the first byte of every encoded entry; the rest is JSON. A
+// reader that meets a later format refuses it rather than guessing.
+const formatV1 byte = 1
+
+// Sentinel errors. Transition errors are *TransitionError and wrap
+// ErrIllegalTransition.
+var (
+	ErrNotFound          = errors.New("sideeffects: no ledger entry for key")
+	ErrIllegalTransition = errors.New("sideeffects: illegal ledger transition")
+	ErrCorrupt           = errors.New("sideeffects: corrupt ledger entry")
+)
+
+// KV is the storage the ledger works through. *state.Txn satisfies it (a
+// staged Kafka transaction); MemKV is an in-memory one. Set may keep val.
+type KV interface {
+	Get(key []byte) ([]byte, bool, error)
+	Set(key, val []byte)
+	// Scan calls fn in key order for every key with the prefix; the slices
+	// are valid only during the call.
+	Scan(prefix []byte, fn func(key, value []byte) error) error
+}
+
+// Status is a ledger entry's state.
+//
+//	pending ──Start──▶ in-flight ──Succeed──▶ succeeded          (terminal)
+//	   ▲                  │ │ └───Fail─────▶ failed             (terminal)
+//	   └──────Retry───────┘ └─MarkUnknown/Recover─▶ unknown
+//	unknown ──Start (onUnknown: retry, same key)──▶ in-flight
+//	unknown ──Resolve(succeeded|failed, note)──▶ succeeded | failed (Resolution set)
+type Status uint8
+
+// The statuses. The zero Status is invalid.
+const (
+	Pending Status = iota + 1
+	InFlight
+	Succeeded
+	Failed
+	Unknown
+)
+
+var statusNames = [...]string{Pending: "pending", InFlight: "in-flight", Succeeded: "succeeded", Failed: "failed", Unknown: "unknown"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) && s != 0 {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Terminal reports whether no transition leaves s.
+func (s Status) Terminal() bool { return s == Succeeded || s == Failed }
+
+// ParseStatus parses a status name as printed by String.
+func ParseStatus(name string) (Status, error) {
+	for s, n := range statusNames {
+		if n != "" && n == name {
+			return Status(s), nil
+		}
+	}
+	return 0, fmt.Errorf("sideeffects: unknown status %q (pending, in-flight, succeeded, failed, unknown)", name)
+}
+
+// MarshalText makes statuses readable in JSON and in the CLI.
+func (s Status) MarshalText() ([]byte, error) {
+	if s == 0 || int(s) >= len(statusNames) {
+		return nil, fmt.Errorf("sideeffects: invalid status %d", uint8(s))
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText is the inverse of MarshalText.
+func (s *Status) UnmarshalText(b []byte) error {
+	v, err := ParseStatus(string(b))
+	*s = v
+	return err
+}
+
+// Attempt is one call of the executor, or one that may have happened.
+type Attempt struct {
+	N     int       `json:"n"` // 1-based
+	Start time.Time `json:"start"`
+	// Duration is zero while the attempt is in flight.
+	Duration   time.Duration `json:"duration,omitempty"`
+	Outcome    Outcome       `json:"outcome,omitempty"` // zero while in flight
+	StatusCode int           `json:"statusCode,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	Ref        string        `json:"ref,omitempty"`
+}
+
+// Resolution records an operator's decision on an unknown outcome.
+type Resolution struct {
+	Outcome Status    `json:"outcome"` // Succeeded or Failed
+	Note    string    `json:"note,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// Entry is the ledger's record of one idempotency key.
+type Entry struct {
+	Key    string `json:"key"`
+	Effect string `json:"effect"`
+	Status Status `json:"status"`
+	// Attempts counts every call started, including ones whose history
+	// record was dropped (MaxHistory).
+	Attempts int       `json:"attempts"`
+	History  []Attempt `json:"history,omitempty"`
+	// Ref is the external reference of the success (response id).
+	Ref string `json:"ref,omitempty"`
+	// NextAttempt is when a pending (or unknown, under onUnknown: retry)
+	// entry may be tried next; zero means at once.
+	NextAttempt time.Time `json:"nextAttempt,omitzero"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
+	// Intent is the value of the first intent offered for the key; later
+	// duplicates never replace it. It is the webhook body.
+	Intent     json.RawMessage `json:"intent"`
+	Resolution *Resolution     `json:"resolution,omitempty"`
+}
+
+// TransitionError is an illegal ledger transition.
+type TransitionError struct {
+	Key  string
+	Op   string
+	From Status
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("sideeffects: key %q: %s is not allowed from %s", e.Key, e.Op, e.From)
+}
+
+func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
+
+// Ledger is the keyed side-effect ledger over one KV. It is cheap: make one
+// per transaction (NewLedger(txn, task.Prefix())). Not safe for concurrent
+// use (neither is a state.Txn).
+type Ledger struct {
+	kv     KV
+	prefix []byte // caller prefix + KeyPrefix
+}
+
+// NewLedger returns the ledger stored in kv under prefix (which may be nil).
+func NewLedger(kv KV, prefix []byte) *Ledger {
+	p := append(append([]byte(nil), prefix...), KeyPrefix)
+	return &Ledger{kv: kv, prefix: p}
+}
+
+// EntryKey is the KV key of an idempotency key under prefix.
+func EntryKey(prefix []byte, key string) []byte {
+	return append(append(append([]byte(nil), prefix...), KeyPrefix), key...)
+}
+
+func (l *Ledger) kvKey(key string) []byte {
+	return append(append(make([]byte, 0, len(l.prefix)+len(key)), l.prefix...), key...)
+}
+
+// Get returns the entry of key.
+func (l *Ledger) Get(key string) (Entry, bool, error) {
+	v, ok, err := l.kv.Get(l.kvKey(key))
+	if err != nil || !ok {
+		return Entry{}, false, err
+	}
+	e, err := decodeEntry(v)
+	return e, err == nil, err
+}
+
+func (l *Ledger) put(e *Entry) error {
+	v, err := encodeEntry(e)
+	if err != nil {
+		return err
+	}
+	l.kv.Set(l.kvKey(e.Key), v)
+	return nil
+}
+
+func (l *Ledger) mustGet(key string) (Entry, error) {
+	e, ok, err := l.Get(key)
+	if err != nil {
+		return Entry{}, err
+	}
+	if !ok {
+		return Entry{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	return e, nil
+}
+
+// Offer records the intent's key as pending if the ledger has never seen it.
+// Otherwise it reports dup = true, returns the existing entry and writes
+// nothing: status, attempts and the first intent are kept, so a redelivered
+// or re-emitted intent (another projection, a replay) can never reset or
+// re-run a key. A duplicate for another effect is still a duplicate: the key
+// is the identity; Entry.Effect tells which effect owns it.
+func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) {
+	if in.Key == "" || in.Effect == "" {
+		return Entry{}, false, fmt.Errorf("%w: key and effect are required", ErrBadIntent)
+	}
+	old, ok, err := l.Get(in.Key)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	if ok {
+		// Nothing is written: a duplicate must not even race with the
+		// executor's own read-modify-write of the entry.
+		return old, true, nil
+	}
+	value := in.Value
+	if !json.Valid(value) {
+		// An Intent built by hand rather than parsed: store its JSON form.
+		if value, err = json.Marshal(in); err != nil {
+			return Entry{}, false, fmt.Errorf("%w: %v", ErrBadIntent, err)
+		}
+	}
+	e = Entry{Key: in.Key, Effect: in.Effect, Status: Pending, Created: now, Updated: now,
+		Intent: append(json.RawMessage(nil), value...)}
+	return e, false, l.put(&e)
+}
+
+// Start begins an attempt: pending or unknown → in-flight, Attempts+1. The
+// caller must commit this durably before it calls the executor (invariant 2).
+// Whether the entry is due, and whether an unknown entry may be retried, is
+// the caller's policy (the Runner's).
+func (l *Ledger) Start(key string, now time.Time) (Entry, error) {
+	e, err := l.mustGet(key)
+	if err != nil {
+		return Entry{}, err
+	}
+	if e.Status != Pending && e.Status != Unknown {
+		return e, &TransitionError{Key: key, Op: "start", From: e.Status}
+	}
+	e.Status = InFlight
+	e.Attempts++
+	e.NextAttempt = time.Time{}
+	e.History = append(e.History, Attempt{N: e.Attempts, Start: now})
+	if len(e.History) > MaxHistory {
+		e.History = append(e.History[:0:0], e.History[len(e.History)-MaxHistory:]...)
+	}
+	e.Updated = now
+	return e, l.put(&e)
+}
+
+// finish closes the in-flight attempt with a, moving the entry to status.
+func (l *Ledger) finish(key, op string, a Attempt, to Status, next time.Time) (Entry, error) {
+	e, err := l.mustGet(key)
+	if err != nil {
+		return Entry{}, err
+	}
+	if e.Status != InFlight {
+		return e, &TransitionError{Key: key, Op: op, From: e.Status}
+	}
+	if n := len(e.History); n > 0 {
+		// Start wrote the attempt's number and start time; keep them.
+		cur := &e.History[n-1]
+		cur.Duration, cur.Outcome, cur.StatusCode, cur.Error, cur.Ref = a.Duration, a.Outcome, a.StatusCode, a.Error, a.Ref
+		if cur.Outcome == 0 {
+			cur.Outcome = outcomeFor(to)
+		}
+		e.Updated = cur.Start.Add(cur.Duration)
+	}
+	e.Status = to
+	e.NextAttempt = next
+	if to == Succeeded {
+		e.Ref = a.Ref
+	}
+	return e, l.put(&e)
+}
+
+func outcomeFor(s Status) Outcome {
+	switch s {
+	case Succeeded:
+		return OutcomeSucceeded
+	case Failed:
+		return OutcomeFailed
+	case Pending:
+		return OutcomeRetryable
+	}
+	return OutcomeUnknown
+}
+
+// Succeed records a success: in-flight → succeeded (terminal). a.Ref is kept
+// as the entry's external reference.
+func (l *Ledger) Succeed(key string, a Attempt) (Entry, error) {
+	return l.finish(key, "succeed", a, Succeeded, time.Time{})
+}
+
+// Fail records a terminal failure: in-flight → failed.
+func (l *Ledger) Fail(key string, a Attempt) (Entry, error) {
+	return l.finish(key, "fail", a, Failed, time.Time{})
+}
+
+// Retry records a retryable failure: in-flight → pending, due at next.
+func (l *Ledger) Retry(key string, a Attempt, next time.Time) (Entry, error) {
+	return l.finish(key, "retry", a, Pending, next)
+}
+
+// MarkUnknown records an attempt whose outcome cannot be known (the request
+// was sent, no answer came): in-flight → unknown. next is when a retry with
+// the same key may happen under onUnknown: retry; it is ignored under park.
+func (l *Ledger) MarkUnknown(key string, a Attempt, next time.Time) (Entry, error) {
+	return l.finish(key, "mark unknown", a, Unknown, next)
+}
+
+// Resolve settles an unknown entry by hand: unknown → succeeded or failed,
+// with the note and time recorded in Resolution. Anything else is refused:
+// a pending or in-flight key is still the executor's, and a terminal one is
+// settled for good.
+func (l *Ledger) Resolve(key string, outcome Status, note string, now time.Time) (Entry, error) {
+	if outcome != Succeeded && outcome != Failed {
+		return Entry{}, fmt.Errorf("sideeffects: resolve %q: outcome must be succeeded or failed, got %s", key, outcome)
+	}
+	e, err := l.mustGet(key)
+	if err != nil {
+		return Entry{}, err
+	}
+	if e.Status != Unknown {
+		return e, &TransitionError{Key: key, Op: "resolve", From: e.Status}
+	}
+	e.Status = outcome
+	e.NextAttempt = time.Time{}
+	e.Resolution = &Resolution{Outcome: outcome, Note: note, At: now}
+	e.Updated = now
+	return e, l.put(&e)
+}
+
+// Recover turns every in-flight entry into unknown and returns the entries
+// it changed. Run it once, before any execution, when a ledger is taken over
+// (process start, partition assignment): an in-flight entry found then was
+// left by a process that stopped during or right after its call, so the
+// call may have taken effect.
+func (l *Ledger) Recover(now time.Time) ([]Entry, error) {
+	var stuck []Entry
+	// Collect first, write after: a KV need not support writes during Scan.
+	err := l.Scan(func(e Entry) error {
+		if e.Status == InFlight {
+			stuck = append(stuck, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range stuck {
+		e := &stuck[i]
+		if n := len(e.History); n > 0 {
+			e.History[n-1].Outcome = OutcomeUnknown
+			e.History[n-1].Error = "recovered: the process stopped before the outcome was recorded"
+		}
+		e.Status = Unknown
+		e.NextAttempt = time.Time{}
+		e.Updated = now
+		if err := l.put(e); err != nil {
+			return nil, err
+		}
+	}
+	return stuck, nil
+}
+
+// Scan calls fn for every entry, in key order.
+func (l *Ledger) Scan(fn func(Entry) error) error {
+	return l.kv.Scan(l.prefix, func(_, v []byte) error {
+		e, err := decodeEntry(v)
+		if err != nil {
+			return err
+		}
+		return fn(e)
+	})
+}
+
+// List returns the entries with the given status, in key order; status 0
+// lists them all. For "projector effects list --status".
+func (l *Ledger) List(status Status) ([]Entry, error) {
+	var out []Entry
+	err := l.Scan(func(e Entry) error {
+		if status == 0 || e.Status == status {
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func encodeEntry(e *Entry) ([]byte, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("sideeffects: encode entry %q: %w", e.Key, err)
+	}
+	return append([]byte{formatV1}, b...), nil
+}
+
+func decodeEntry(v []byte) (Entry, error) {
+	if len(v) == 0 || v[0] != formatV1 {
+		return Entry{}, fmt.Errorf("%w: unknown format", ErrCorrupt)
+	}
+	var e Entry
+	if err := json.Unmarshal(v[1:], &e); err != nil {
+		return Entry{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if e.Key == "" || e.Status == 0 {
+		return Entry{}, fmt.Errorf("%w: missing key or status", ErrCorrupt)
+	}
+	return e, nil
+}

@@ -1,0 +1,265 @@
+package sideeffects
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/projection"
+)
+
+// The processor's staged transaction is a KV.
+var _ KV = (*state.Txn)(nil)
+
+var t0 = time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+
+func testIntent(t testing.TB, key, effect, proj string) Intent {
+	t.Helper()
+	raw := fmt.Sprintf(`{"eventId":"ev-%s","eventType":"CaseEscalated","aggregateId":"CASE-1","aggregateVersion":1}`, key)
+	ev, err := envelope.Decode([]byte(raw), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := ParseIntent(IntentValue(projection.Intent{Effect: effect, Key: key}, proj, ev, 1, []byte(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func wantIllegal(t *testing.T, op string, err error) {
+	t.Helper()
+	var te *TransitionError
+	if !errors.Is(err, ErrIllegalTransition) || !errors.As(err, &te) {
+		t.Fatalf("%s: got %v, want an illegal transition", op, err)
+	}
+}
+
+func TestLedgerTransitions(t *testing.T) {
+	l := NewLedger(NewMemKV(), []byte("task/"))
+	in := testIntent(t, "k1", "fx", "p1")
+
+	e, dup, err := l.Offer(in, t0)
+	if err != nil || dup || e.Status != Pending || e.Attempts != 0 || !bytes.Equal(e.Intent, in.Value) {
+		t.Fatalf("offer: %+v %v %v", e, dup, err)
+	}
+	// Illegal before a start.
+	_, err = l.Succeed("k1", Attempt{})
+	wantIllegal(t, "succeed pending", err)
+	_, err = l.Resolve("k1", Succeeded, "", t0)
+	wantIllegal(t, "resolve pending", err)
+
+	if e, err = l.Start("k1", t0); err != nil || e.Status != InFlight || e.Attempts != 1 || len(e.History) != 1 {
+		t.Fatalf("start: %+v %v", e, err)
+	}
+	_, err = l.Start("k1", t0)
+	wantIllegal(t, "start in-flight", err)
+	// Retryable: back to pending, due later.
+	next := t0.Add(time.Second)
+	if e, err = l.Retry("k1", Attempt{Duration: time.Millisecond, StatusCode: 503, Outcome: OutcomeRetryable}, next); err != nil ||
+		e.Status != Pending || !e.NextAttempt.Equal(next) || e.History[0].StatusCode != 503 {
+		t.Fatalf("retry: %+v %v", e, err)
+	}
+	// A duplicate offer — same projection or another — changes nothing.
+	before, _, _ := l.Get("k1")
+	other := testIntent(t, "k1", "fx", "p2")
+	if e, dup, err = l.Offer(other, t0.Add(time.Hour)); err != nil || !dup || e.Status != Pending || e.Attempts != 1 {
+		t.Fatalf("duplicate offer: %+v %v %v", e, dup, err)
+	}
+	if after, _, _ := l.Get("k1"); !bytes.Equal(mustEncode(t, &after), mustEncode(t, &before)) {
+		t.Fatal("duplicate offer modified the entry")
+	}
+
+	l.Start("k1", t0)
+	if e, err = l.MarkUnknown("k1", Attempt{Error: "timeout"}, time.Time{}); err != nil || e.Status != Unknown {
+		t.Fatalf("unknown: %+v %v", e, err)
+	}
+	// Retry with the same key from unknown.
+	if e, err = l.Start("k1", t0); err != nil || e.Attempts != 3 {
+		t.Fatalf("start from unknown: %+v %v", e, err)
+	}
+	if e, err = l.Succeed("k1", Attempt{StatusCode: 200, Ref: "R-1"}); err != nil || e.Status != Succeeded || e.Ref != "R-1" {
+		t.Fatalf("succeed: %+v %v", e, err)
+	}
+	if got := [3]Outcome{e.History[0].Outcome, e.History[1].Outcome, e.History[2].Outcome}; got != [3]Outcome{OutcomeRetryable, OutcomeUnknown, OutcomeSucceeded} {
+		t.Fatalf("history outcomes %v", got)
+	}
+	// Nothing leaves succeeded.
+	_, err = l.Start("k1", t0)
+	wantIllegal(t, "start succeeded", err)
+	_, err = l.Succeed("k1", Attempt{})
+	wantIllegal(t, "succeed succeeded", err)
+	_, err = l.Fail("k1", Attempt{})
+	wantIllegal(t, "fail succeeded", err)
+	_, err = l.Retry("k1", Attempt{}, t0)
+	wantIllegal(t, "retry succeeded", err)
+	_, err = l.MarkUnknown("k1", Attempt{}, t0)
+	wantIllegal(t, "unknown succeeded", err)
+	_, err = l.Resolve("k1", Failed, "", t0)
+	wantIllegal(t, "resolve succeeded", err)
+	if _, dup, _ := l.Offer(in, t0); !dup {
+		t.Fatal("offer after success is not a duplicate")
+	}
+	if e, _, _ := l.Get("k1"); e.Status != Succeeded || e.Attempts != 3 {
+		t.Fatalf("after everything: %+v", e)
+	}
+
+	// Failed is terminal too.
+	l.Offer(testIntent(t, "k2", "fx", "p1"), t0)
+	l.Start("k2", t0)
+	if e, err = l.Fail("k2", Attempt{StatusCode: 400}); err != nil || e.Status != Failed {
+		t.Fatalf("fail: %+v %v", e, err)
+	}
+	_, err = l.Start("k2", t0)
+	wantIllegal(t, "start failed", err)
+
+	// Resolve: only from unknown, only to a terminal outcome.
+	l.Offer(testIntent(t, "k3", "fx", "p1"), t0)
+	l.Start("k3", t0)
+	l.MarkUnknown("k3", Attempt{}, time.Time{})
+	if _, err = l.Resolve("k3", Pending, "", t0); err == nil {
+		t.Fatal("resolve to pending accepted")
+	}
+	if e, err = l.Resolve("k3", Succeeded, "checked with the mail provider", t0); err != nil || e.Status != Succeeded ||
+		e.Resolution == nil || e.Resolution.Note != "checked with the mail provider" {
+		t.Fatalf("resolve: %+v %v", e, err)
+	}
+
+	if _, err := l.Start("nope", t0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("start of a missing key: %v", err)
+	}
+	if _, _, err := l.Offer(Intent{Key: "x"}, t0); !errors.Is(err, ErrBadIntent) {
+		t.Fatalf("offer without effect: %v", err)
+	}
+}
+
+func mustEncode(t *testing.T, e *Entry) []byte {
+	t.Helper()
+	b, err := encodeEntry(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestLedgerRecoverAndList(t *testing.T) {
+	kv := NewMemKV()
+	l := NewLedger(kv, nil)
+	for i, st := range []Status{Pending, InFlight, InFlight, Succeeded, Unknown} {
+		key := fmt.Sprintf("k%d", i)
+		l.Offer(testIntent(t, key, "fx", "p"), t0)
+		switch st {
+		case InFlight:
+			l.Start(key, t0)
+		case Succeeded:
+			l.Start(key, t0)
+			l.Succeed(key, Attempt{})
+		case Unknown:
+			l.Start(key, t0)
+			l.MarkUnknown(key, Attempt{}, time.Time{})
+		}
+	}
+	// Another ledger's keys (another prefix) are not this ledger's.
+	NewLedger(kv, []byte("other")).Offer(testIntent(t, "z", "fx", "p"), t0)
+
+	got, err := l.Recover(t0.Add(time.Minute))
+	if err != nil || len(got) != 2 || got[0].Key != "k1" || got[1].Key != "k2" {
+		t.Fatalf("recover: %v %v", got, err)
+	}
+	for _, e := range got {
+		if e.Status != Unknown || e.History[0].Outcome != OutcomeUnknown || e.Attempts != 1 {
+			t.Fatalf("recovered entry %+v", e)
+		}
+	}
+	count := func(s Status) int {
+		es, err := l.List(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	if count(InFlight) != 0 || count(Unknown) != 3 || count(Pending) != 1 || count(Succeeded) != 1 || count(0) != 5 {
+		t.Fatalf("list: in-flight %d unknown %d pending %d succeeded %d all %d",
+			count(InFlight), count(Unknown), count(Pending), count(Succeeded), count(0))
+	}
+	if again, _ := l.Recover(t0); len(again) != 0 {
+		t.Fatal("second recover changed entries")
+	}
+	if _, err := ParseStatus("in-flight"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseStatus("resolved"); err == nil {
+		t.Fatal("ParseStatus accepted nonsense")
+	}
+}
+
+func TestLedgerEncoding(t *testing.T) {
+	kv := NewMemKV()
+	l := NewLedger(kv, []byte("p"))
+	in := testIntent(t, "key:with:colons", "fx", "p")
+	l.Offer(in, t0)
+	raw, ok, _ := kv.Get(EntryKey([]byte("p"), "key:with:colons"))
+	if !ok || raw[0] != formatV1 || !bytes.HasPrefix(EntryKey([]byte("p"), "k"), []byte{'p', KeyPrefix}) {
+		t.Fatalf("stored %q", raw)
+	}
+	// An unknown format version or garbage is refused, not guessed.
+	for _, bad := range [][]byte{{}, {2, '{', '}'}, append([]byte{formatV1}, "{"...), append([]byte{formatV1}, `{"key":"k"}`...)} {
+		kv.Set(EntryKey([]byte("p"), "bad"), bad)
+		if _, _, err := l.Get("bad"); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("decode %q: %v", bad, err)
+		}
+	}
+	// History is bounded; Attempts is not.
+	l2 := NewLedger(NewMemKV(), nil)
+	l2.Offer(in, t0)
+	for range MaxHistory + 10 {
+		l2.Start(in.Key, t0)
+		l2.Retry(in.Key, Attempt{}, t0)
+	}
+	e, _, _ := l2.Get(in.Key)
+	if e.Attempts != MaxHistory+10 || len(e.History) != MaxHistory || e.History[len(e.History)-1].N != MaxHistory+10 {
+		t.Fatalf("attempts %d history %d", e.Attempts, len(e.History))
+	}
+}
+
+// The ledger over the processor's real staged transaction: writes become
+// visible only through Commit, and an uncommitted transaction leaves nothing.
+func TestLedgerOverStateTxn(t *testing.T) {
+	st, err := state.Open("/ledger", state.Options{FS: vfs.NewMem(), CacheBytes: 1 << 20, MemTableBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	prefix := state.Task{Topic: "fx", Partition: 3}.Prefix()
+
+	tx := st.NewTxn()
+	l := NewLedger(tx, prefix)
+	l.Offer(testIntent(t, "a", "fx", "p"), t0)
+	l.Start("a", t0) // read-your-writes inside the txn
+	if e, _, _ := l.Get("a"); e.Status != InFlight {
+		t.Fatalf("staged status %v", e.Status)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	aborted := st.NewTxn()
+	NewLedger(aborted, prefix).Succeed("a", Attempt{}) // staged, never committed
+
+	l = NewLedger(st.NewTxn(), prefix)
+	if e, ok, err := l.Get("a"); err != nil || !ok || e.Status != InFlight {
+		t.Fatalf("committed entry %+v %v %v", e, ok, err)
+	}
+	if got, err := l.Recover(t0); err != nil || len(got) != 1 {
+		t.Fatalf("recover over state.Txn: %v %v", got, err)
+	}
+	if es, _ := l.List(Unknown); len(es) != 1 {
+		t.Fatalf("list unknown %v", es)
+	}
+}

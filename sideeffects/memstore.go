@@ -1,0 +1,129 @@
+package sideeffects
+
+import (
+	"sort"
+	"strings"
+	"sync"
+)
+
+// MemKV is an in-memory KV for tests and tools. It is safe for concurrent
+// use; Scan works on a snapshot, so fn may write.
+type MemKV struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+// NewMemKV returns an empty MemKV.
+func NewMemKV() *MemKV { return &MemKV{m: make(map[string][]byte)} }
+
+// Get implements KV.
+func (kv *MemKV) Get(key []byte) ([]byte, bool, error) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	v, ok := kv.m[string(key)]
+	return v, ok, nil
+}
+
+// Set implements KV.
+func (kv *MemKV) Set(key, val []byte) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	kv.m[string(key)] = append([]byte(nil), val...)
+}
+
+// Scan implements KV.
+func (kv *MemKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	kv.mu.Lock()
+	var keys []string
+	for k := range kv.m {
+		if strings.HasPrefix(k, string(prefix)) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		vals[i] = kv.m[k]
+	}
+	kv.mu.Unlock()
+	for i, k := range keys {
+		if err := fn([]byte(k), vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MemStore is a Store over a MemKV: each Update stages its writes and applies
+// them all at once when fn returns nil, and discards them otherwise, like a
+// Kafka transaction followed by the Pebble commit. Updates are serialised.
+type MemStore struct {
+	mu     sync.Mutex
+	KV     *MemKV
+	Prefix []byte
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore { return &MemStore{KV: NewMemKV()} }
+
+// Update implements Store.
+func (s *MemStore) Update(fn func(*Ledger) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tx := &memTxn{base: s.KV, writes: make(map[string][]byte)}
+	if err := fn(NewLedger(tx, s.Prefix)); err != nil {
+		return err
+	}
+	for k, v := range tx.writes {
+		s.KV.Set([]byte(k), v)
+	}
+	return nil
+}
+
+// View implements Store: fn's writes, if any, are discarded.
+func (s *MemStore) View(fn func(*Ledger) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fn(NewLedger(&memTxn{base: s.KV, writes: make(map[string][]byte)}, s.Prefix))
+}
+
+// memTxn overlays staged writes on a MemKV (read-your-writes).
+type memTxn struct {
+	base   *MemKV
+	writes map[string][]byte
+}
+
+func (t *memTxn) Get(key []byte) ([]byte, bool, error) {
+	if v, ok := t.writes[string(key)]; ok {
+		return v, true, nil
+	}
+	return t.base.Get(key)
+}
+
+func (t *memTxn) Set(key, val []byte) { t.writes[string(key)] = append([]byte(nil), val...) }
+
+func (t *memTxn) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	merged := make(map[string][]byte)
+	if err := t.base.Scan(prefix, func(k, v []byte) error {
+		merged[string(k)] = v
+		return nil
+	}); err != nil {
+		return err
+	}
+	for k, v := range t.writes {
+		if strings.HasPrefix(k, string(prefix)) {
+			merged[k] = v
+		}
+	}
+	keys := make([]string, 0, len(merged))
+	for k := range merged {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := fn([]byte(k), merged[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

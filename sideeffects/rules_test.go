@@ -1,0 +1,168 @@
+package sideeffects
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/projection"
+)
+
+func mustRules(t *testing.T, effects ...config.SideEffect) *Rules {
+	t.Helper()
+	r, err := NewRules(effects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func decodeEvent(t *testing.T, raw string) *envelope.Event {
+	t.Helper()
+	ev, err := envelope.Decode([]byte(raw), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func TestRulesIntents(t *testing.T) {
+	r := mustRules(t,
+		config.SideEffect{Name: "sla", On: []string{"CaseEscalated"},
+			When: &config.Condition{Field: "payload.reasonCode", Equals: "SLA_BREACH"},
+			Key:  "email:case:{aggregateId}:sla-breach:v{aggregateVersion}"},
+		config.SideEffect{Name: "all", On: []string{"CaseEscalated", "CaseClosed"},
+			Key: "{effect}|{projection}|{eventId}|{eventType}|{aggregateType}|{tenantId}|{payload.customer.id}|{payload.n}|{payload.flag}|{payload.list.1}"},
+		config.SideEffect{Name: "big", On: []string{"CaseEscalated"},
+			When: &config.Condition{Field: "payload.n", Equals: float64(3)}, Key: "big:{aggregateId}"},
+		config.SideEffect{Name: "tenant", On: []string{"CaseEscalated"},
+			When: &config.Condition{Field: "tenantId", Equals: "T1"}, Key: "t:{tenantId}:{aggregateId}"},
+		config.SideEffect{Name: "vers", On: []string{"CaseEscalated"},
+			When: &config.Condition{Field: "aggregateVersion", Equals: float64(7)}, Key: "v:{aggregateVersion}"},
+	)
+	full := `{"eventId":"E1","eventType":"CaseEscalated","aggregateId":"CASE-1","aggregateType":"RegulatoryCase",
+		"aggregateVersion":7,"tenantId":"T1","payload":{"reasonCode":"SLA_BREACH","customer":{"id":"C9"},"n":3.0,"flag":true,"list":["a","b"]}}`
+	for _, tc := range []struct {
+		name    string
+		raw     string
+		version int64
+		want    []projection.Intent
+		errFor  []string // effects reported as *KeyError
+	}{
+		{name: "all match", raw: full, version: 7, want: []projection.Intent{
+			{Effect: "sla", Key: "email:case:CASE-1:sla-breach:v7"},
+			{Effect: "all", Key: "all|case-overview|E1|CaseEscalated|RegulatoryCase|T1|C9|3.0|true|b"},
+			{Effect: "big", Key: "big:CASE-1"},
+			{Effect: "tenant", Key: "t:T1:CASE-1"},
+			{Effect: "vers", Key: "v:7"},
+		}},
+		{name: "type not in on", raw: `{"eventId":"E2","eventType":"CaseOpened","aggregateId":"A"}`, version: 1},
+		{name: "when does not match; missing payload path reported",
+			raw:     `{"eventId":"E3","eventType":"CaseEscalated","aggregateId":"A","aggregateVersion":2,"tenantId":"T2","payload":{"reasonCode":"OTHER"}}`,
+			version: 2, errFor: []string{"all"}},
+		{name: "no payload at all: when fails quietly, key missing reported",
+			raw:     `{"eventId":"E4","eventType":"CaseEscalated","aggregateId":"A"}`,
+			version: 5, errFor: []string{"all"}},
+		{name: "second type of on; object value is not a key component",
+			raw:     `{"eventId":"E5","eventType":"CaseClosed","aggregateId":"A","aggregateType":"X","tenantId":"T","payload":{"customer":{"id":{"x":1}},"n":1,"flag":false,"list":[0,1]}}`,
+			version: 1, errFor: []string{"all"}},
+		{name: "second type of on, all present",
+			raw:     `{"eventId":"E6","eventType":"CaseClosed","aggregateId":"A","aggregateType":"X","tenantId":"T","payload":{"customer":{"id":12},"n":1,"flag":false,"list":[0,"z"]}}`,
+			version: 1, want: []projection.Intent{{Effect: "all", Key: "all|case-overview|E6|CaseClosed|X|T|12|1|false|z"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := r.Intents("case-overview", decodeEvent(t, tc.raw), tc.version)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("intents\n got %v\nwant %v", got, tc.want)
+			}
+			var failed []string
+			for _, e := range unjoin(err) {
+				var ke *KeyError
+				if !errors.As(e, &ke) || !errors.Is(e, config.ErrNoValue) {
+					t.Fatalf("error %v is not a *KeyError wrapping ErrNoValue", e)
+				}
+				failed = append(failed, ke.Effect)
+			}
+			if !slices.Equal(failed, tc.errFor) {
+				t.Errorf("key errors for %v, want %v (err %v)", failed, tc.errFor, err)
+			}
+		})
+	}
+}
+
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// {aggregateVersion} prefers the envelope's version, so two projections (one
+// unversioned, counting its own applications) emit the same key.
+func TestRulesAggregateVersionSource(t *testing.T) {
+	r := mustRules(t, config.SideEffect{Name: "x", On: []string{"T"}, Key: "x:{aggregateId}:{aggregateVersion}"})
+	withV := decodeEvent(t, `{"eventId":"E","eventType":"T","aggregateId":"A","aggregateVersion":4}`)
+	a, _ := r.Intents("p1", withV, 4)
+	b, _ := r.Intents("p2", withV, 17)
+	if len(a) != 1 || len(b) != 1 || a[0] != b[0] || a[0].Key != "x:A:4" {
+		t.Fatalf("keys %v %v", a, b)
+	}
+	noV := decodeEvent(t, `{"eventId":"E","eventType":"T","aggregateId":"A"}`)
+	if got, err := r.Intents("p", noV, 9); err != nil || got[0].Key != "x:A:9" {
+		t.Fatalf("fallback to applied version: %v %v", got, err)
+	}
+	if got, err := r.Intents("p", noV, 0); len(got) != 0 || err == nil {
+		t.Fatalf("no version at all must be reported: %v %v", got, err)
+	}
+	if _, err := NewRules([]config.SideEffect{{Name: "bad", On: []string{"T"}, Key: "{nope}"}}); err == nil {
+		t.Fatal("bad template accepted")
+	}
+	if se, ok := r.Effect("x"); !ok || se.Key != "x:{aggregateId}:{aggregateVersion}" {
+		t.Fatal("Effect lookup")
+	}
+}
+
+func TestIntentValueRoundTrip(t *testing.T) {
+	raw := " {\"eventId\":\"E\\\"1\",\"eventType\":\"T\",\"aggregateId\":\"A\\n1\",\"aggregateVersion\":3,\"payload\":{\"x\":[1,2]}}\n"
+	ev := decodeEvent(t, raw)
+	v := IntentValue(projection.Intent{Effect: "fx", Key: "k:\"q\"\\\t\x01"}, "proj", ev, 3, []byte(raw))
+	if !json.Valid(v) {
+		t.Fatalf("not JSON: %s", v)
+	}
+	// The exact member order of CONTRACT.md §3.
+	var keys []string
+	d := json.NewDecoder(bytesReader(v))
+	d.Token()
+	for d.More() {
+		k, _ := d.Token()
+		keys = append(keys, k.(string))
+		var skip json.RawMessage
+		d.Decode(&skip)
+	}
+	if want := []string{"key", "effect", "projection", "aggregateId", "aggregateVersion", "eventId", "event"}; !slices.Equal(keys, want) {
+		t.Fatalf("members %v, want %v", keys, want)
+	}
+	in, err := ParseIntent(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Key != "k:\"q\"\\\t\x01" || in.Effect != "fx" || in.Projection != "proj" || in.AggregateID != "A\n1" ||
+		in.AggregateVersion != 3 || in.EventID != "E\"1" || string(in.Value) != string(v) {
+		t.Fatalf("parsed %+v", in)
+	}
+	back, err := envelope.Decode(in.Event, 0)
+	if err != nil || back.EventID != ev.EventID || string(back.Payload) != `{"x":[1,2]}` {
+		t.Fatalf("embedded event %s: %v", in.Event, err)
+	}
+	for _, bad := range []string{``, `[]`, `{"key":"","effect":"x"}`, `{"key":"k"}`, `{"key":1,"effect":"x"}`} {
+		if _, err := ParseIntent([]byte(bad)); !errors.Is(err, ErrBadIntent) {
+			t.Errorf("ParseIntent(%q) = %v", bad, err)
+		}
+	}
+}

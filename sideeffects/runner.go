@@ -1,0 +1,469 @@
+package sideeffects
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/projector-dev/projector/internal/config"
+)
+
+// Store gives the Runner transactional access to one ledger (in the
+// processor: the ledger of one effects-topic partition).
+type Store interface {
+	// Update runs fn on the ledger in one transaction and returns nil only
+	// once the writes are durably committed: for the processor, the Kafka
+	// transaction that carries them as changelog records has committed and
+	// then Pebble has been written. If fn or the commit fails, none of the
+	// writes may take effect. The Runner calls Update from several workers at
+	// once; an implementation serialises them (or commits a group of them in
+	// one transaction), and every fn must read what earlier Updates committed.
+	Update(fn func(*Ledger) error) error
+	// View runs fn on the latest committed state; writes are discarded.
+	View(fn func(*Ledger) error) error
+}
+
+// Effect is how the Runner executes one configured effect.
+type Effect struct {
+	Executor Executor
+	// MaxAttempts bounds the calls per key; default config.DefaultMaxAttempts.
+	MaxAttempts int
+	// OnUnknown is config.OnUnknownRetry (default) or config.OnUnknownPark.
+	OnUnknown string
+}
+
+// EffectsFromConfig builds the Runner's effects from the configuration, each
+// with a Webhook executor.
+func EffectsFromConfig(ses []config.SideEffect) map[string]Effect {
+	m := make(map[string]Effect, len(ses))
+	for _, s := range ses {
+		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown}
+	}
+	return m
+}
+
+// DefaultWorkers is the default number of concurrent calls of a Runner.
+const DefaultWorkers = 4
+
+// RunnerConfig configures a Runner. Zero values take the documented defaults.
+type RunnerConfig struct {
+	Store   Store             // required
+	Effects map[string]Effect // by effect name; entries of other effects are left alone
+	// Workers bounds concurrent executor calls; default DefaultWorkers.
+	Workers int
+	// Backoff is the delay before retry n (n ≥ 1); default Backoff with a
+	// private random source.
+	Backoff func(n int) time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// OnChange, if set, is called after every transition the Runner
+	// committed (from several goroutines): the hook for metrics.
+	OnChange func(Entry)
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Validate reports a configuration the Runner cannot work with.
+func (c *RunnerConfig) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("sideeffects: RunnerConfig.Store is required"))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("sideeffects: RunnerConfig.Workers must not be negative, got %d", c.Workers))
+	}
+	for name, e := range c.Effects {
+		if e.Executor == nil {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: no executor", name))
+		}
+		if e.MaxAttempts < 0 {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: MaxAttempts must not be negative", name))
+		}
+		if e.OnUnknown != "" && e.OnUnknown != config.OnUnknownRetry && e.OnUnknown != config.OnUnknownPark {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: OnUnknown must be %q or %q, got %q",
+				name, config.OnUnknownRetry, config.OnUnknownPark, e.OnUnknown))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *RunnerConfig) applyDefaults() {
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Backoff == nil {
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		c.Backoff = func(n int) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return Backoff(n, rng)
+		}
+	}
+	effects := make(map[string]Effect, len(c.Effects))
+	for name, e := range c.Effects {
+		if e.MaxAttempts == 0 {
+			e.MaxAttempts = config.DefaultMaxAttempts
+		}
+		if e.OnUnknown == "" {
+			e.OnUnknown = config.OnUnknownRetry
+		}
+		effects[name] = e
+	}
+	c.Effects = effects
+}
+
+// Runner drives ledger entries to an outcome: it starts due pending entries
+// (and unknown ones under onUnknown: retry), at most Workers at a time,
+// calls their executor and records the result, retrying with backoff.
+//
+// Order per attempt, which is what makes invariant 2 hold:
+//
+//  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
+//  2. Only then call the executor.
+//  3. Update: record the outcome (succeeded, failed, pending for a retry,
+//     unknown). Commit.
+//
+// A crash between 1 and 3 leaves the entry in-flight; the next Run begins
+// with Ledger.Recover, which turns it into unknown.
+//
+// Store errors are fatal to Run: without the store the Runner can neither
+// guarantee invariant 2 nor record outcomes, and the restart's Recover puts
+// things right. In the processor there is one Runner per effects-topic
+// partition, run while the partition is assigned.
+type Runner struct {
+	cfg  RunnerConfig
+	wake chan struct{}
+
+	mu      sync.Mutex
+	sched   schedule
+	active  map[string]bool // keys a worker holds
+	again   map[string]bool // enqueued while active: look again when done
+	started bool
+}
+
+// NewRunner validates cfg and returns a Runner.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.applyDefaults()
+	return &Runner{cfg: cfg, wake: make(chan struct{}, 1), active: make(map[string]bool), again: make(map[string]bool)}, nil
+}
+
+// Enqueue asks the Runner to look at key now. It never blocks and is safe
+// before Run. The processor calls it from the after-commit hook of the
+// transaction in which Ledger.Offer created the key.
+func (r *Runner) Enqueue(key string) { r.schedule(key, time.Time{}) }
+
+// Offer parses an intents-topic value, offers it to the ledger in its own
+// transaction and enqueues the key if it is new. The processor offers
+// inside its consume transactions instead (and calls Enqueue); Offer serves
+// tools and tests.
+func (r *Runner) Offer(value []byte) (e Entry, dup bool, err error) {
+	in, err := ParseIntent(value)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	err = r.cfg.Store.Update(func(l *Ledger) error {
+		e, dup, err = l.Offer(in, r.cfg.Now())
+		return err
+	})
+	if err != nil {
+		return Entry{}, false, err
+	}
+	if !dup {
+		r.Enqueue(in.Key)
+	}
+	return e, dup, nil
+}
+
+// Resolve settles an unknown key by hand (see Ledger.Resolve).
+func (r *Runner) Resolve(key string, outcome Status, note string) (Entry, error) {
+	var e Entry
+	err := r.cfg.Store.Update(func(l *Ledger) (err error) {
+		e, err = l.Resolve(key, outcome, note, r.cfg.Now())
+		return err
+	})
+	if err == nil {
+		r.changed(e)
+	}
+	return e, err
+}
+
+// Run recovers the ledger, then executes due entries until ctx is done. It
+// returns nil after a cancellation, or the first store error. Calls in
+// progress at cancellation are allowed to finish (each is bounded by its
+// effect's timeout) and recorded, so that a clean shutdown creates no
+// unknown outcomes. Run may be called once.
+func (r *Runner) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("sideeffects: Runner.Run called twice")
+	}
+	r.started = true
+	r.mu.Unlock()
+
+	// Recover before anything is executed, and commit it: an in-flight entry
+	// from an earlier life must never be mistaken for one of ours.
+	var recovered []Entry
+	if err := r.cfg.Store.Update(func(l *Ledger) (err error) {
+		recovered, err = l.Recover(r.cfg.Now())
+		return err
+	}); err != nil {
+		return fmt.Errorf("sideeffects: recover: %w", err)
+	}
+	for _, e := range recovered {
+		r.cfg.Logger.Warn("side effect outcome unknown after restart", "key", e.Key, "effect", e.Effect, "attempts", e.Attempts)
+		r.changed(e)
+	}
+	if err := r.cfg.Store.View(func(l *Ledger) error {
+		return l.Scan(func(e Entry) error {
+			if due, ok := r.runnable(e); ok {
+				r.schedule(e.Key, due)
+			}
+			return nil
+		})
+	}); err != nil {
+		return fmt.Errorf("sideeffects: load ledger: %w", err)
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range r.cfg.Workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case key := <-work:
+					if ctx.Err() != nil { // shutting down: start nothing new
+						r.release(key)
+						return
+					}
+					if err := r.process(ctx, key); err != nil {
+						cancel(err)
+					}
+					r.release(key)
+				}
+			}
+		})
+	}
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		key, wait := r.next()
+		if key != "" {
+			select {
+			case work <- key:
+				continue
+			case <-ctx.Done():
+				r.release(key)
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+		case <-r.wake:
+		case <-timer.C:
+		}
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// runnable reports whether the Runner should execute e, and from when.
+func (r *Runner) runnable(e Entry) (time.Time, bool) {
+	eff, ok := r.cfg.Effects[e.Effect]
+	if !ok {
+		return time.Time{}, false
+	}
+	switch e.Status {
+	case Pending:
+		return e.NextAttempt, true
+	case Unknown:
+		// Parked, or out of attempts: an unknown outcome is never retried
+		// without a policy that says the receiver honours the key.
+		if eff.OnUnknown == config.OnUnknownRetry && e.Attempts < eff.MaxAttempts {
+			return e.NextAttempt, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// process runs one attempt of key, if the ledger says it is due.
+func (r *Runner) process(ctx context.Context, key string) error {
+	var (
+		e     Entry
+		start bool
+		later time.Time
+	)
+	err := r.cfg.Store.Update(func(l *Ledger) error {
+		start, later = false, time.Time{}
+		cur, ok, err := l.Get(key)
+		if err != nil || !ok {
+			return err
+		}
+		due, ok := r.runnable(cur)
+		if !ok {
+			return nil
+		}
+		now := r.cfg.Now()
+		if due.After(now) {
+			later = due
+			return nil
+		}
+		e, err = l.Start(key, now)
+		start = err == nil
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sideeffects: start %q: %w", key, err)
+	}
+	if !later.IsZero() {
+		r.schedule(key, later)
+	}
+	if !start {
+		return nil
+	}
+	// The in-flight mark is committed: from here on a crash means unknown.
+	r.changed(e)
+	eff := r.cfg.Effects[e.Effect]
+	in, perr := ParseIntent(e.Intent)
+	if perr != nil {
+		in = Intent{Key: e.Key, Effect: e.Effect, Value: e.Intent}
+	}
+	// Not cancelled with ctx: a shutdown lets the call finish (bounded by
+	// the executor's timeout) rather than manufacture an unknown outcome.
+	res := eff.Executor.Execute(context.WithoutCancel(ctx), in, e.Intent)
+
+	a := Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
+	if res.Err != nil {
+		a.Error = res.Err.Error()
+	}
+	var done Entry
+	err = r.cfg.Store.Update(func(l *Ledger) (err error) {
+		now := r.cfg.Now()
+		switch res.Outcome {
+		case OutcomeSucceeded:
+			done, err = l.Succeed(key, a)
+		case OutcomeFailed:
+			done, err = l.Fail(key, a)
+		case OutcomeRetryable:
+			if e.Attempts >= eff.MaxAttempts {
+				a.Error = fmt.Sprintf("%s; giving up after %d attempts", a.Error, e.Attempts)
+				done, err = l.Fail(key, a)
+			} else {
+				done, err = l.Retry(key, a, now.Add(r.cfg.Backoff(e.Attempts)))
+			}
+		default: // OutcomeUnknown, or an executor that could not tell
+			a.Outcome = OutcomeUnknown
+			var next time.Time
+			if eff.OnUnknown == config.OnUnknownRetry {
+				next = now.Add(r.cfg.Backoff(e.Attempts))
+			}
+			done, err = l.MarkUnknown(key, a, next)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sideeffects: record %q: %w", key, err)
+	}
+	r.changed(done)
+	if due, ok := r.runnable(done); ok {
+		r.schedule(key, due)
+	}
+	return nil
+}
+
+func (r *Runner) changed(e Entry) {
+	if r.cfg.OnChange != nil {
+		r.cfg.OnChange(e)
+	}
+}
+
+// schedule adds (key, due) to the schedule and wakes the dispatcher.
+func (r *Runner) schedule(key string, due time.Time) {
+	r.mu.Lock()
+	heap.Push(&r.sched, item{key: key, due: due})
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next pops a due key that no worker holds and marks it held; otherwise it
+// returns how long to wait for the earliest one.
+func (r *Runner) next() (string, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.cfg.Now()
+	for r.sched.Len() > 0 {
+		top := r.sched[0]
+		if top.due.After(now) {
+			return "", top.due.Sub(now)
+		}
+		heap.Pop(&r.sched)
+		if r.active[top.key] {
+			r.again[top.key] = true
+			continue
+		}
+		r.active[top.key] = true
+		return top.key, 0
+	}
+	return "", time.Hour
+}
+
+// release frees key; if it was enqueued meanwhile, it is looked at again.
+func (r *Runner) release(key string) {
+	r.mu.Lock()
+	delete(r.active, key)
+	again := r.again[key]
+	delete(r.again, key)
+	r.mu.Unlock()
+	if again {
+		r.Enqueue(key)
+	}
+}
+
+type item struct {
+	key string
+	due time.Time
+}
+
+// schedule is a min-heap of keys by due time. It may hold a key more than
+// once; the ledger decides what each pop means.
+type schedule []item
+
+func (s schedule) Len() int           { return len(s) }
+func (s schedule) Less(i, j int) bool { return s[i].due.Before(s[j].due) }
+func (s schedule) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
+func (s *schedule) Push(x any)        { *s = append(*s, x.(item)) }
+func (s *schedule) Pop() any {
+	old := *s
+	it := old[len(old)-1]
+	*s = old[:len(old)-1]
+	return it
+}

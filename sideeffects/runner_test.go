@@ -1,0 +1,400 @@
+package sideeffects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/projector-dev/projector/internal/config"
+)
+
+// hangTimeout is the webhook timeout where a test wants it to expire (the
+// receiver hangs); every other test uses a long one, so that a loaded machine
+// cannot turn a success into an unknown outcome.
+const (
+	hangTimeout = 200 * time.Millisecond
+	longTimeout = 10 * time.Second
+)
+
+func quickBackoff(int) time.Duration { return time.Millisecond }
+
+func newTestRunner(t *testing.T, store Store, rc *receiver, onUnknown string, maxAttempts, workers int) *Runner {
+	t.Helper()
+	return newTestRunnerTimeout(t, store, rc, onUnknown, maxAttempts, workers, longTimeout)
+}
+
+func newTestRunnerTimeout(t *testing.T, store Store, rc *receiver, onUnknown string, maxAttempts, workers int, timeout time.Duration) *Runner {
+	t.Helper()
+	r, err := NewRunner(RunnerConfig{
+		Store: store,
+		Effects: map[string]Effect{"fx": {
+			Executor:    &Webhook{URL: rc.srv.URL + "/notify", Timeout: timeout},
+			MaxAttempts: maxAttempts, OnUnknown: onUnknown,
+		}},
+		Workers: workers,
+		Backoff: quickBackoff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func entry(t *testing.T, s Store, key string) Entry {
+	t.Helper()
+	var e Entry
+	if err := s.View(func(l *Ledger) (err error) {
+		e, _, err = l.Get(key)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func waitStatus(t *testing.T, s Store, key string, want Status) Entry {
+	t.Helper()
+	var e Entry
+	waitFor(t, fmt.Sprintf("%s to be %v", key, want), func() bool {
+		e = entry(t, s, key)
+		return e.Status == want
+	})
+	return e
+}
+
+// TestRunnerScenarios runs one key against each receiver behaviour and checks
+// the ledger's final entry and what the receiver saw.
+func TestRunnerScenarios(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		b         behaviour
+		onUnknown string
+		max       int
+		status    Status
+		attempts  int
+		requests  int
+		applied   int
+		outcomes  []Outcome
+		ref       string
+		hang      bool
+	}{
+		{name: "succeed", status: Succeeded, attempts: 1, requests: 1, applied: 1,
+			outcomes: []Outcome{OutcomeSucceeded}, ref: "ref-k"},
+		{name: "5xx twice then succeed", b: failTimes(2, 503), status: Succeeded, attempts: 3, requests: 3, applied: 1,
+			outcomes: []Outcome{OutcomeRetryable, OutcomeRetryable, OutcomeSucceeded}, ref: "ref-k"},
+		{name: "5xx until maxAttempts", b: failTimes(100, 500), max: 3, status: Failed, attempts: 3, requests: 3,
+			outcomes: []Outcome{OutcomeRetryable, OutcomeRetryable, OutcomeRetryable}},
+		{name: "400 is terminal", b: failTimes(100, 400), status: Failed, attempts: 1, requests: 1,
+			outcomes: []Outcome{OutcomeFailed}},
+		{name: "hang past timeout, retry with same key", b: hangFirst(1), onUnknown: config.OnUnknownRetry, hang: true,
+			status: Succeeded, attempts: 2, requests: 2, applied: 1,
+			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
+		{name: "hang past timeout, park", b: hangFirst(1), onUnknown: config.OnUnknownPark, hang: true,
+			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
+		{name: "connection dropped, retry with same key", b: dropFirst(1), onUnknown: config.OnUnknownRetry,
+			status: Succeeded, attempts: 2, requests: 2, applied: 1,
+			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
+		{name: "connection dropped, park", b: dropFirst(1), onUnknown: config.OnUnknownPark,
+			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
+		{name: "unknown every time stays unknown after maxAttempts", b: dropFirst(100), onUnknown: config.OnUnknownRetry, max: 3,
+			status: Unknown, attempts: 3, requests: 3, applied: 1,
+			outcomes: []Outcome{OutcomeUnknown, OutcomeUnknown, OutcomeUnknown}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rc := newReceiver(t, tc.b)
+			store := NewMemStore()
+			timeout := longTimeout
+			if tc.hang {
+				timeout = hangTimeout
+			}
+			r := newTestRunnerTimeout(t, store, rc, tc.onUnknown, tc.max, 2, timeout)
+			stop := runRunner(t, r)
+			in := testIntent(t, "k", "fx", "p")
+			if _, dup, err := r.Offer(in.Value); err != nil || dup {
+				t.Fatalf("offer: %v %v", dup, err)
+			}
+			waitFor(t, "final attempt", func() bool {
+				e := entry(t, store, "k")
+				return e.Attempts == tc.attempts && e.Status == tc.status
+			})
+			// Give a wrongly scheduled extra attempt the chance to happen.
+			time.Sleep(30 * time.Millisecond)
+			stop()
+			e := entry(t, store, "k")
+			req, app := rc.counts("k")
+			if e.Status != tc.status || e.Attempts != tc.attempts || req != tc.requests || app != tc.applied || e.Ref != tc.ref {
+				t.Fatalf("status %v attempts %d ref %q; receiver requests %d applied %d; want %v %d %q; %d %d",
+					e.Status, e.Attempts, e.Ref, req, app, tc.status, tc.attempts, tc.ref, tc.requests, tc.applied)
+			}
+			var got []Outcome
+			for _, a := range e.History {
+				got = append(got, a.Outcome)
+				if a.Duration <= 0 || a.Start.IsZero() {
+					t.Errorf("attempt %+v lacks timing", a)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.outcomes) {
+				t.Fatalf("history %v, want %v", got, tc.outcomes)
+			}
+		})
+	}
+}
+
+// The same intent offered twice, and the same key emitted by two projections,
+// execute once.
+func TestRunnerDuplicates(t *testing.T) {
+	rc := newReceiver(t, nil)
+	rc.delay = 20 * time.Millisecond // keep the first call in flight while duplicates arrive
+	store := NewMemStore()
+	r := newTestRunner(t, store, rc, "", 0, 4)
+	runRunner(t, r)
+	a := testIntent(t, "k", "fx", "proj-a")
+	b := testIntent(t, "k", "fx", "proj-b")
+	if _, dup, _ := r.Offer(a.Value); dup {
+		t.Fatal("first offer is a duplicate")
+	}
+	for _, v := range [][]byte{a.Value, b.Value, a.Value} {
+		if _, dup, err := r.Offer(v); err != nil || !dup {
+			t.Fatalf("repeat offer: dup %v err %v", dup, err)
+		}
+		r.Enqueue("k")
+	}
+	e := waitStatus(t, store, "k", Succeeded)
+	time.Sleep(30 * time.Millisecond)
+	if req, _ := rc.counts("k"); req != 1 || e.Attempts != 1 {
+		t.Fatalf("requests %d attempts %d", req, e.Attempts)
+	}
+	// The first intent is the one kept and sent.
+	if string(rc.bodies["k"]) != string(a.Value) {
+		t.Fatalf("sent %s", rc.bodies["k"])
+	}
+}
+
+// Invariant: a key that has succeeded is never executed again — not on
+// re-offer, not on Enqueue, not by a new Runner after a restart.
+func TestRunnerSucceededNeverAgain(t *testing.T) {
+	rc := newReceiver(t, nil)
+	store := NewMemStore()
+	r := newTestRunner(t, store, rc, "", 0, 2)
+	stop := runRunner(t, r)
+	in := testIntent(t, "k", "fx", "p")
+	r.Offer(in.Value)
+	waitStatus(t, store, "k", Succeeded)
+	for range 5 {
+		r.Enqueue("k")
+		r.Offer(in.Value)
+	}
+	time.Sleep(30 * time.Millisecond)
+	stop()
+
+	r2 := newTestRunner(t, store, rc, "", 0, 2)
+	stop2 := runRunner(t, r2)
+	r2.Enqueue("k")
+	time.Sleep(30 * time.Millisecond)
+	stop2()
+	if req, _ := rc.counts("k"); req != 1 {
+		t.Fatalf("receiver saw %d requests for a succeeded key", req)
+	}
+	if e := entry(t, store, "k"); e.Status != Succeeded || e.Attempts != 1 {
+		t.Fatalf("entry %+v", e)
+	}
+	if _, err := r2.Resolve("k", Failed, "no"); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("resolve of a succeeded key: %v", err)
+	}
+}
+
+// crashAfterCall leaves the ledger as a process that died during its call
+// would: the key offered, started (in-flight committed), the receiver
+// already reached, the outcome never recorded.
+func crashAfterCall(t *testing.T, store *MemStore, rc *receiver, key string) {
+	t.Helper()
+	in := testIntent(t, key, "fx", "p")
+	if err := store.Update(func(l *Ledger) error {
+		if _, _, err := l.Offer(in, t0); err != nil {
+			return err
+		}
+		_, err := l.Start(key, t0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res := (&Webhook{URL: rc.srv.URL}).Execute(context.Background(), in, in.Value)
+	if res.Outcome != OutcomeSucceeded {
+		t.Fatalf("pre-crash call: %v", res.Outcome)
+	}
+}
+
+func TestRunnerCrashRecoveryRetry(t *testing.T) {
+	rc := newReceiver(t, nil)
+	store := NewMemStore()
+	crashAfterCall(t, store, rc, "k")
+
+	var sawUnknown atomic.Bool
+	r, err := NewRunner(RunnerConfig{
+		Store:    store,
+		Effects:  map[string]Effect{"fx": {Executor: &Webhook{URL: rc.srv.URL, Timeout: longTimeout}, OnUnknown: config.OnUnknownRetry}},
+		Backoff:  quickBackoff,
+		OnChange: func(e Entry) { sawUnknown.CompareAndSwap(false, e.Status == Unknown) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRunner(t, r)
+	e := waitStatus(t, store, "k", Succeeded)
+	req, app := rc.counts("k")
+	if req != 2 || app != 1 || e.Attempts != 2 || e.History[0].Outcome != OutcomeUnknown || !sawUnknown.Load() {
+		t.Fatalf("requests %d applied %d attempts %d history %+v unknown seen %v", req, app, e.Attempts, e.History, sawUnknown.Load())
+	}
+}
+
+func TestRunnerCrashRecoveryPark(t *testing.T) {
+	rc := newReceiver(t, nil)
+	store := NewMemStore()
+	crashAfterCall(t, store, rc, "k")
+	r := newTestRunner(t, store, rc, config.OnUnknownPark, 0, 2)
+	runRunner(t, r)
+	waitStatus(t, store, "k", Unknown)
+	r.Enqueue("k") // parked: an enqueue does not un-park it
+	time.Sleep(50 * time.Millisecond)
+	if req, _ := rc.counts("k"); req != 1 {
+		t.Fatalf("parked key was called again: %d requests", req)
+	}
+	e, err := r.Resolve("k", Succeeded, "receiver shows it applied")
+	if err != nil || e.Status != Succeeded || e.Resolution == nil || e.Resolution.Outcome != Succeeded {
+		t.Fatalf("resolve: %+v %v", e, err)
+	}
+	r.Enqueue("k")
+	time.Sleep(20 * time.Millisecond)
+	if req, _ := rc.counts("k"); req != 1 {
+		t.Fatalf("resolved key was called again: %d requests", req)
+	}
+}
+
+// N workers bound the concurrent calls; every key runs exactly once.
+func TestRunnerConcurrency(t *testing.T) {
+	rc := newReceiver(t, nil)
+	rc.delay = 5 * time.Millisecond
+	store := NewMemStore()
+	r := newTestRunner(t, store, rc, "", 0, 3)
+	const n = 30
+	// Half offered before Run (picked up by the initial scan), half after.
+	for i := range n / 2 {
+		if _, _, err := r.Offer(testIntent(t, fmt.Sprintf("k%02d", i), "fx", "p").Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runRunner(t, r)
+	var wg sync.WaitGroup
+	for i := n / 2; i < n; i++ {
+		wg.Go(func() { r.Offer(testIntent(t, fmt.Sprintf("k%02d", i), "fx", "p").Value) })
+	}
+	wg.Wait()
+	waitFor(t, "all succeeded", func() bool {
+		var es []Entry
+		store.View(func(l *Ledger) (err error) { es, err = l.List(Succeeded); return err })
+		return len(es) == n
+	})
+	if got := rc.totalRequests(); got != n {
+		for k, c := range rc.requests {
+			if c != 1 {
+				t.Logf("%s: %d requests, entry %+v", k, c, entry(t, store, k).History)
+			}
+		}
+		t.Fatalf("%d requests for %d keys", got, n)
+	}
+	if p := rc.peak.Load(); p > 3 {
+		t.Fatalf("peak concurrency %d with 3 workers", p)
+	}
+}
+
+// failingStore fails every Update whose fn would start an attempt.
+type failingStore struct {
+	*MemStore
+	err error
+}
+
+func (s failingStore) Update(fn func(*Ledger) error) error {
+	return s.MemStore.Update(func(l *Ledger) error {
+		if err := fn(l); err != nil {
+			return err
+		}
+		if es, _ := l.List(InFlight); len(es) > 0 {
+			return s.err // the commit of the in-flight mark fails
+		}
+		return nil
+	})
+}
+
+// Invariant 2: the executor runs only after the in-flight mark is committed.
+// If that commit fails, nothing is called and Run reports the error.
+func TestRunnerInFlightBeforeCall(t *testing.T) {
+	rc := newReceiver(t, nil)
+	store := NewMemStore()
+
+	// The committed state, as seen from inside the executor, is in-flight.
+	var seen Status
+	probe := executorFunc(func(ctx context.Context, in Intent, body []byte) Result {
+		seen = entry(t, store, in.Key).Status
+		return Result{Outcome: OutcomeSucceeded}
+	})
+	r, _ := NewRunner(RunnerConfig{Store: store, Effects: map[string]Effect{"fx": {Executor: probe}}})
+	stop := runRunner(t, r)
+	r.Offer(testIntent(t, "a", "fx", "p").Value)
+	waitStatus(t, store, "a", Succeeded)
+	stop()
+	if seen != InFlight {
+		t.Fatalf("executor saw committed status %v", seen)
+	}
+
+	boom := errors.New("commit failed")
+	fs := failingStore{MemStore: NewMemStore(), err: boom}
+	r2 := newTestRunner(t, fs, rc, "", 0, 2)
+	r2.Offer(testIntent(t, "b", "fx", "p").Value)
+	if err := r2.Run(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want the store error", err)
+	}
+	if req, _ := rc.counts("b"); req != 0 {
+		t.Fatalf("executor called although the in-flight mark was not committed (%d requests)", req)
+	}
+	if e := entry(t, fs.MemStore, "b"); e.Status != Pending || e.Attempts != 0 {
+		t.Fatalf("entry after failed start: %+v", e)
+	}
+}
+
+type executorFunc func(ctx context.Context, in Intent, body []byte) Result
+
+func (f executorFunc) Execute(ctx context.Context, in Intent, body []byte) Result {
+	return f(ctx, in, body)
+}
+
+func TestRunnerConfig(t *testing.T) {
+	for _, c := range []RunnerConfig{
+		{},
+		{Store: NewMemStore(), Workers: -1},
+		{Store: NewMemStore(), Effects: map[string]Effect{"x": {}}},
+		{Store: NewMemStore(), Effects: map[string]Effect{"x": {Executor: &Webhook{}, OnUnknown: "maybe"}}},
+	} {
+		if _, err := NewRunner(c); err == nil {
+			t.Errorf("NewRunner(%+v) accepted", c)
+		}
+	}
+	effects := EffectsFromConfig([]config.SideEffect{{Name: "a", Webhook: config.Webhook{URL: "http://h/x", Timeout: config.Duration(time.Second)},
+		MaxAttempts: 3, OnUnknown: config.OnUnknownPark}})
+	if e := effects["a"]; e.MaxAttempts != 3 || e.OnUnknown != config.OnUnknownPark || e.Executor.(*Webhook).Timeout != time.Second {
+		t.Fatalf("EffectsFromConfig: %+v", e)
+	}
+	r, _ := NewRunner(RunnerConfig{Store: NewMemStore()})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if err := r.Run(context.Background()); err == nil {
+		t.Fatal("second Run accepted")
+	}
+}

@@ -1,0 +1,183 @@
+package sideeffects
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// behaviour decides one request's fate. n is the request's number for its
+// Idempotency-Key (1-based). It returns true when it handled the request
+// itself (hang, drop, error status); false means "apply and answer 200".
+type behaviour func(rc *receiver, w http.ResponseWriter, r *http.Request, key string, n int) bool
+
+// receiver is a real HTTP endpoint on 127.0.0.1 that honours Idempotency-Key:
+// it applies an effect at most once per key and answers a repeat with the
+// first answer. It counts requests and applications per key.
+type receiver struct {
+	t        *testing.T
+	srv      *httptest.Server
+	behave   behaviour
+	stop     chan struct{}
+	mu       sync.Mutex
+	requests map[string]int
+	applied  map[string]int
+	bodies   map[string][]byte
+	inflight atomic.Int32
+	peak     atomic.Int32
+	delay    time.Duration
+}
+
+func newReceiver(t *testing.T, b behaviour) *receiver {
+	rc := &receiver{t: t, behave: b, stop: make(chan struct{}),
+		requests: map[string]int{}, applied: map[string]int{}, bodies: map[string][]byte{}}
+	rc.srv = httptest.NewServer(http.HandlerFunc(rc.serve))
+	t.Cleanup(func() {
+		close(rc.stop) // releases hanging handlers so Close does not wait
+		rc.srv.Close()
+	})
+	return rc
+}
+
+func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	n := rc.inflight.Add(1)
+	defer rc.inflight.Add(-1)
+	for {
+		p := rc.peak.Load()
+		if n <= p || rc.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	body, _ := io.ReadAll(r.Body)
+	key := r.Header.Get("Idempotency-Key")
+	if r.Method != http.MethodPost || key == "" || r.Header.Get("Content-Type") != "application/json" {
+		rc.t.Errorf("bad request: %s key %q content type %q", r.Method, key, r.Header.Get("Content-Type"))
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	rc.mu.Lock()
+	rc.requests[key]++
+	count := rc.requests[key]
+	rc.bodies[key] = body
+	rc.mu.Unlock()
+	if rc.delay > 0 {
+		time.Sleep(rc.delay)
+	}
+	if rc.behave != nil && rc.behave(rc, w, r, key, count) {
+		return
+	}
+	rc.apply(key)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"ref-%s"}`, key)
+}
+
+// apply performs the effect once per key.
+func (rc *receiver) apply(key string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.applied[key] == 0 {
+		rc.applied[key] = 1
+	}
+}
+
+func (rc *receiver) counts(key string) (requests, applied int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.requests[key], rc.applied[key]
+}
+
+func (rc *receiver) totalRequests() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := 0
+	for _, c := range rc.requests {
+		n += c
+	}
+	return n
+}
+
+// failTimes answers code to the first n requests of each key.
+func failTimes(n, code int) behaviour {
+	return func(_ *receiver, w http.ResponseWriter, _ *http.Request, _ string, i int) bool {
+		if i <= n {
+			w.WriteHeader(code)
+			return true
+		}
+		return false
+	}
+}
+
+// hangFirst applies the effect on the first n requests of a key and then
+// never answers them (until the client gives up).
+func hangFirst(n int) behaviour {
+	return func(rc *receiver, w http.ResponseWriter, r *http.Request, key string, i int) bool {
+		if i > n {
+			return false
+		}
+		rc.apply(key)
+		select {
+		case <-r.Context().Done():
+		case <-rc.stop:
+		}
+		return true
+	}
+}
+
+// dropFirst applies the effect on the first n requests of a key, then closes
+// the connection without an answer.
+func dropFirst(n int) behaviour {
+	return func(rc *receiver, w http.ResponseWriter, _ *http.Request, key string, i int) bool {
+		if i > n {
+			return false
+		}
+		rc.apply(key)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			rc.t.Errorf("hijack: %v", err)
+			return true
+		}
+		conn.Close()
+		return true
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	// Generous: the machine may be loaded; passing tests return at once.
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// runRunner starts r.Run and returns a stop function that cancels it and
+// checks that it returned nil.
+func runRunner(t *testing.T, r *Runner) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
