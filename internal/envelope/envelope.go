@@ -1,0 +1,551 @@
+// Package envelope decodes and validates the event envelope (CONTRACT.md §1) and
+// computes its fingerprint.
+//
+// One Kafka record value is one envelope: a UTF-8 JSON object with the members
+// eventId, eventType, aggregateId (required), aggregateType, aggregateVersion,
+// tenantId, occurredAt, correlationId, causationId, producer and payload
+// (optional). Unknown members are ignored.
+//
+// Invariants of a successfully decoded Event:
+//
+//   - the value was at most maxBytes long, valid UTF-8 and exactly one JSON
+//     object (RFC 8259 grammar, optional surrounding whitespace, nothing after);
+//   - no container anywhere in the value nests deeper than MaxDepth (the
+//     top-level object is depth 1, so the payload itself may nest MaxDepth-1);
+//   - EventID and AggregateID are 1..MaxIDBytes bytes and EventType is
+//     non-empty (lengths count the bytes of the decoded UTF-8 value);
+//   - each known member appears at most once (after unescaping its name, so
+//     "eventId" and "event\u0049d" are the same member); duplicated unknown
+//     members are not checked, since they are ignored anyway;
+//   - every string field holds valid UTF-8: a \u escape that leaves an
+//     unpaired UTF-16 surrogate is rejected rather than replaced;
+//   - AggregateVersion is 0 (absent or null) or ≥ 1. The member must be a JSON
+//     number denoting an exact integer that fits int64. Fraction and exponent
+//     spellings are accepted when they are exact (3.0, 3e0, 0.3e1 all mean 3);
+//     1.5, 0, -1, 1e400 and the string "3" are not;
+//   - OccurredAt is "" (absent or null) or an RFC 3339 timestamp in the form
+//     Go's time.Parse(time.RFC3339, …) accepts: upper-case T and Z, seconds
+//     00–59 (no leap second), optional fraction, zone Z or ±hh:mm. An empty
+//     string is present-but-invalid, not absent;
+//   - a null optional member is the same as an absent one; TenantID "" is
+//     also treated as absent;
+//   - Payload, when present, is I-JSON (RFC 7493) so that it has exactly one
+//     RFC 8785 canonical form: no duplicate member names in any object (after
+//     unescaping), no unpaired surrogate escapes, and no number whose
+//     magnitude overflows an IEEE-754 double (tiny numbers round to 0 as in
+//     ECMAScript). Payload aliases the input slice: the caller must not
+//     modify data while the Event is in use.
+//
+// Error precedence, so that the reason a record is dead-lettered is
+// deterministic and names the real problem: the size limit, then UTF-8,
+// then structural problems (not JSON, not an object, trailing data, nesting
+// too deep), which stop the scan at once; field-level problems are reported
+// only once the whole value is known to be well-formed, the first one in
+// member order wins; missing required members are reported last (eventId,
+// eventType, aggregateId in that order).
+//
+// Fingerprint hashes the RFC 8785 (JCS) canonical form of the intent fields,
+// so that two serialisations of the same event – other member order, other
+// whitespace, other escapes, 1.0 for 1 – fingerprint the same, and any change
+// of an intent field or of a payload value fingerprints differently. As in
+// RFC 8785, payload numbers are compared as IEEE-754 doubles: two integers
+// that differ only beyond double precision (above 2^53) are the same number.
+//
+// The hot path (DecodeInto + Fingerprint) uses no reflection: a hand-written
+// scanner walks the top level, and the payload is validated and canonicalised
+// by walking its bytes directly. All decoded string fields share one
+// allocation; scratch memory for canonicalisation is pooled.
+package envelope
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// MaxIDBytes is the maximum length in bytes of eventId and aggregateId.
+const MaxIDBytes = 512
+
+// DefaultMaxBytes is the record value size limit used when maxBytes <= 0.
+const DefaultMaxBytes = 1 << 20
+
+// MaxDepth is the maximum JSON nesting depth anywhere in the record value;
+// the top-level object counts as depth 1.
+const MaxDepth = 64
+
+// Event is a decoded, validated envelope.
+type Event struct {
+	EventID, EventType, AggregateID, AggregateType string
+	AggregateVersion                               int64  // 0 when absent
+	TenantID                                       string // "" when absent (an empty tenantId is treated as absent)
+	OccurredAt                                     string // as given, validated RFC 3339 when present
+	CorrelationID, CausationID, Producer           string
+	// Payload is the raw JSON of the payload member exactly as in the input
+	// (a sub-slice of it, without surrounding whitespace); nil when absent,
+	// "null" when null.
+	Payload []byte
+}
+
+// Error is an invalid envelope. Field names the offending field using the
+// JSON name ("eventId", "aggregateVersion", "payload", ...) or "value" for
+// whole-record problems (not JSON, not an object, invalid UTF-8, too large,
+// too deep outside payload).
+type Error struct{ Field, Msg string }
+
+func (e *Error) Error() string { return "envelope: invalid " + e.Field + ": " + e.Msg }
+
+// Reason is the dead-letter reason for this error, "invalid:<field>".
+func (e *Error) Reason() string { return "invalid:" + e.Field }
+
+// Decode parses and validates one record value. It never panics on any
+// input. maxBytes <= 0 means DefaultMaxBytes. Errors are *Error.
+func Decode(data []byte, maxBytes int) (*Event, error) {
+	ev := new(Event)
+	if err := decode(data, maxBytes, ev); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// DecodeInto is the allocation-light form of Decode used on the hot path: ev
+// is overwritten, and zeroed when an error is returned. On success the only
+// allocation is one string shared by all string fields.
+func DecodeInto(data []byte, maxBytes int, ev *Event) error {
+	if err := decode(data, maxBytes, ev); err != nil {
+		return err // a non-nil *Error; returning the typed nil would make a non-nil error
+	}
+	return nil
+}
+
+// field identifies a known top-level member. String fields come first so
+// that their index doubles as an index into the decoder's span table.
+type field uint8
+
+const (
+	fEventID field = iota
+	fEventType
+	fAggregateID
+	fAggregateType
+	fTenantID
+	fOccurredAt
+	fCorrelationID
+	fCausationID
+	fProducer
+	nStringFields
+
+	fAggregateVersion = nStringFields
+	fPayload          = nStringFields + 1
+	nFields           = nStringFields + 2
+
+	fUnknown field = 255
+)
+
+var fieldNames = [nFields]string{
+	fEventID:          "eventId",
+	fEventType:        "eventType",
+	fAggregateID:      "aggregateId",
+	fAggregateType:    "aggregateType",
+	fTenantID:         "tenantId",
+	fOccurredAt:       "occurredAt",
+	fCorrelationID:    "correlationId",
+	fCausationID:      "causationId",
+	fProducer:         "producer",
+	fAggregateVersion: "aggregateVersion",
+	fPayload:          "payload",
+}
+
+// required members, in the order their absence is reported.
+var requiredFields = [...]field{fEventID, fEventType, fAggregateID}
+
+func isRequired(f field) bool { return f == fEventID || f == fEventType || f == fAggregateID }
+
+// lookupField maps a raw member name (the bytes between the quotes) to a
+// known field. Names are compared after unescaping, because a re-serialiser
+// may legally spell "eventId" as "\u0065ventId".
+func lookupField(raw []byte, escaped bool) field {
+	name := raw
+	// No known name is longer than 16 characters, so even fully \u-escaped it
+	// fits in 96 raw bytes, and its decoded form fits this stack buffer.
+	var buf [96]byte
+	if escaped {
+		if len(raw) > len(buf) {
+			return fUnknown
+		}
+		var ok bool
+		if name, ok = appendUnescaped(buf[:0], raw); !ok {
+			return fUnknown
+		}
+	}
+	switch string(name) { // no allocation: the compiler special-cases switch on string(b)
+	case "eventId":
+		return fEventID
+	case "eventType":
+		return fEventType
+	case "aggregateId":
+		return fAggregateID
+	case "aggregateType":
+		return fAggregateType
+	case "aggregateVersion":
+		return fAggregateVersion
+	case "tenantId":
+		return fTenantID
+	case "occurredAt":
+		return fOccurredAt
+	case "correlationId":
+		return fCorrelationID
+	case "causationId":
+		return fCausationID
+	case "producer":
+		return fProducer
+	case "payload":
+		return fPayload
+	}
+	return fUnknown
+}
+
+// decode is DecodeInto returning the concrete error type.
+func decode(data []byte, maxBytes int, ev *Event) *Error {
+	*ev = Event{}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	// The size check comes first so that an oversized record costs nothing
+	// to reject.
+	if len(data) > maxBytes {
+		return &Error{"value", fmt.Sprintf("too large: %d bytes exceeds the limit of %d", len(data), maxBytes)}
+	}
+	// Checking UTF-8 once up front lets every later stage treat non-ASCII
+	// bytes as opaque: JSON's structural characters are all ASCII.
+	if !utf8.Valid(data) {
+		return &Error{"value", "not valid UTF-8"}
+	}
+
+	s := scanner{data: data}
+	s.skipWS()
+	if s.pos == len(data) {
+		return &Error{"value", "not JSON: empty input"}
+	}
+	if c := data[s.pos]; c != '{' {
+		// Tell "JSON, but not an object" apart from garbage, so the message
+		// is accurate either way.
+		if err := s.skipValue(1, "value"); err != nil {
+			return err
+		}
+		if err := s.expectEnd(); err != nil {
+			return err
+		}
+		return &Error{"value", "must be a JSON object, got " + kindName(c)}
+	}
+	s.pos++
+
+	var (
+		// Decoded string fields are gathered here and turned into a single
+		// string at the end: one allocation instead of up to nine.
+		strBuf  [256]byte
+		strs    = strBuf[:0]
+		spans   [nStringFields]struct{ off, end int }
+		seen    uint16 // bit per field: member present (even if null or invalid)
+		first   *Error // first field-level problem, reported only if the value is well-formed
+		version int64
+		payload []byte
+	)
+	fail := func(f field, msg string) {
+		if first == nil {
+			first = &Error{fieldNames[f], msg}
+		}
+	}
+
+	s.skipWS()
+	if s.peek() == '}' {
+		s.pos++
+	} else {
+		for {
+			if s.peek() != '"' {
+				return s.syntaxErr("expected a member name")
+			}
+			nStart, nEnd, nEsc, err := s.scanString()
+			if err != nil {
+				return err
+			}
+			f := lookupField(data[nStart:nEnd], nEsc)
+			s.skipWS()
+			if s.peek() != ':' {
+				return s.syntaxErr("expected ':' after a member name")
+			}
+			s.pos++
+			s.skipWS()
+			if f != fUnknown {
+				if seen&(1<<f) != 0 {
+					fail(f, "duplicate field")
+				}
+				seen |= 1 << f
+			}
+
+			c := s.peek()
+			switch {
+			case f == fUnknown:
+				if err := s.skipValue(2, "value"); err != nil {
+					return err
+				}
+
+			case f < nStringFields:
+				if c != '"' {
+					if err := s.skipValue(2, "value"); err != nil {
+						return err
+					}
+					// A null optional member is absent (its seen bit stays set,
+					// for duplicate detection only).
+					if c != 'n' || isRequired(f) {
+						fail(f, "must be a string, got "+kindName(c))
+					}
+					break
+				}
+				start, end, esc, err := s.scanString()
+				if err != nil {
+					return err
+				}
+				off := len(strs)
+				if esc {
+					var ok bool
+					if strs, ok = appendUnescaped(strs, data[start:end]); !ok {
+						fail(f, "contains an unpaired UTF-16 surrogate escape")
+						strs = strs[:off]
+					}
+				} else {
+					strs = append(strs, data[start:end]...)
+				}
+				spans[f].off, spans[f].end = off, len(strs)
+				if msg := checkString(f, strs[off:]); msg != "" {
+					fail(f, msg)
+				}
+
+			case f == fAggregateVersion:
+				if c == '-' || isDigit(c) {
+					start := s.pos
+					if _, err := s.scanNumber(); err != nil {
+						return err
+					}
+					v, msg := parseVersion(data[start:s.pos])
+					if msg != "" {
+						fail(f, msg)
+					}
+					version = v
+					break
+				}
+				if err := s.skipValue(2, "value"); err != nil {
+					return err
+				}
+				if c != 'n' {
+					fail(f, "must be an integer, got "+kindName(c))
+				}
+
+			default: // fPayload
+				start := s.pos
+				sem, err := validatePayload(&s)
+				if err != nil {
+					return err
+				}
+				if sem != nil && first == nil {
+					first = sem
+				}
+				payload = data[start:s.pos]
+			}
+
+			s.skipWS()
+			if c := s.peek(); c == ',' {
+				s.pos++
+				s.skipWS()
+				continue
+			} else if c == '}' {
+				s.pos++
+				break
+			}
+			return s.syntaxErr("expected ',' or '}' after an object member")
+		}
+	}
+	if err := s.expectEnd(); err != nil {
+		return err
+	}
+	if first != nil {
+		return first
+	}
+	for _, f := range requiredFields {
+		if seen&(1<<f) == 0 {
+			return &Error{fieldNames[f], "required field is missing"}
+		}
+	}
+
+	if len(strs) > 0 {
+		all := string(strs)
+		dst := [nStringFields]*string{
+			&ev.EventID, &ev.EventType, &ev.AggregateID, &ev.AggregateType, &ev.TenantID,
+			&ev.OccurredAt, &ev.CorrelationID, &ev.CausationID, &ev.Producer,
+		}
+		for f, sp := range spans {
+			*dst[f] = all[sp.off:sp.end]
+		}
+	}
+	ev.AggregateVersion = version
+	ev.Payload = payload
+	return nil
+}
+
+// checkString validates a decoded string field's content; "" means valid.
+func checkString(f field, v []byte) string {
+	switch f {
+	case fEventID, fAggregateID:
+		if len(v) == 0 {
+			return "must not be empty"
+		}
+		if len(v) > MaxIDBytes {
+			return fmt.Sprintf("must be at most %d bytes, got %d", MaxIDBytes, len(v))
+		}
+	case fEventType:
+		if len(v) == 0 {
+			return "must not be empty"
+		}
+	case fOccurredAt:
+		if !validRFC3339(v) {
+			return fmt.Sprintf("must be an RFC 3339 timestamp, got %s", quoteTrunc(v))
+		}
+	}
+	return ""
+}
+
+// parseVersion interprets a syntactically valid JSON number as an
+// aggregateVersion. It works on the decimal digits rather than on a float so
+// that "exact integer" is decided exactly: 3.0 and 3e0 are 3, but
+// 9007199254740993 is not silently rounded and 1.5 is not truncated.
+func parseVersion(lit []byte) (int64, string) {
+	// Fast path: a plain positive integer short enough not to overflow.
+	if len(lit) <= 18 && lit[0] != '-' {
+		var v int64
+		i := 0
+		for ; i < len(lit) && isDigit(lit[i]); i++ {
+			v = v*10 + int64(lit[i]-'0')
+		}
+		if i == len(lit) {
+			if v < 1 {
+				return 0, "must be >= 1, got " + string(lit)
+			}
+			return v, ""
+		}
+	}
+
+	neg := lit[0] == '-'
+	if neg {
+		lit = lit[1:]
+	}
+	// Split into integer digits, fraction digits and exponent.
+	i := 0
+	for i < len(lit) && isDigit(lit[i]) {
+		i++
+	}
+	intPart := lit[:i]
+	var frac []byte
+	if i < len(lit) && lit[i] == '.' {
+		j := i + 1
+		for j < len(lit) && isDigit(lit[j]) {
+			j++
+		}
+		frac = lit[i+1 : j]
+		i = j
+	}
+	exp := 0
+	if i < len(lit) { // 'e' or 'E'
+		i++
+		expNeg := false
+		if lit[i] == '+' || lit[i] == '-' {
+			expNeg = lit[i] == '-'
+			i++
+		}
+		for ; i < len(lit); i++ {
+			if exp < 1e9 { // saturate: anything this large is out of range or not an integer anyway
+				exp = exp*10 + int(lit[i]-'0')
+			}
+		}
+		if expNeg {
+			exp = -exp
+		}
+	}
+
+	// value = digits × 10^exp10, with digits stripped of leading and trailing zeros.
+	var dbuf [40]byte
+	digits := append(append(dbuf[:0:len(dbuf)], intPart...), frac...)
+	exp10 := exp - len(frac)
+	for len(digits) > 0 && digits[0] == '0' {
+		digits = digits[1:]
+	}
+	for len(digits) > 0 && digits[len(digits)-1] == '0' {
+		digits = digits[:len(digits)-1]
+		exp10++
+	}
+	shown := quoteNumber(neg, lit)
+	switch {
+	case len(digits) == 0 || neg:
+		return 0, "must be >= 1, got " + shown
+	case exp10 < 0:
+		return 0, "must be an integer, got " + shown
+	case len(digits)+exp10 > 19:
+		return 0, "out of range (max 9223372036854775807), got " + shown
+	}
+	var v uint64 // at most 19 digits: fits uint64
+	for _, d := range digits {
+		v = v*10 + uint64(d-'0')
+	}
+	for ; exp10 > 0; exp10-- {
+		v *= 10
+	}
+	if v > 1<<63-1 {
+		return 0, "out of range (max 9223372036854775807), got " + shown
+	}
+	return int64(v), ""
+}
+
+// quoteNumber renders a number literal for an error message, truncated: the
+// message ends up in a Kafka header and in logs.
+func quoteNumber(neg bool, lit []byte) string {
+	const max = 40
+	s := string(lit)
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// quoteTrunc quotes a decoded string for an error message, truncated. It
+// copies v to a string first: passing the slice itself to fmt would make
+// every caller's buffer escape to the heap, including decode's stack buffer.
+func quoteTrunc(v []byte) string {
+	const max = 64
+	if len(v) > max {
+		// back up to a rune boundary so the truncated text stays valid UTF-8
+		n := max
+		for n > 0 && !utf8.RuneStart(v[n]) {
+			n--
+		}
+		return strconv.Quote(string(v[:n])) + "…"
+	}
+	return strconv.Quote(string(v))
+}
+
+// kindName names the JSON type of a value from its first byte.
+func kindName(c byte) string {
+	switch {
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "array"
+	case c == '"':
+		return "string"
+	case c == 't' || c == 'f':
+		return "boolean"
+	case c == 'n':
+		return "null"
+	default:
+		return "number"
+	}
+}
