@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/projection"
 )
@@ -22,6 +23,13 @@ const (
 	// Rebuild never produces intents; it counts them as suppressed.
 	Rebuild
 )
+
+func (m Mode) String() string {
+	if m == Rebuild {
+		return "rebuild"
+	}
+	return "live"
+}
 
 // Config is everything Run needs. Build it with the fields below; zero values
 // of the tunables take the documented defaults in New.
@@ -61,14 +69,7 @@ type Config struct {
 }
 
 // Hooks let tests stop the loop at precise points of a transaction.
-type Hooks struct {
-	// AfterStage runs after all outputs of a transaction are produced and
-	// flushed, before End. An error aborts the process loop (a "crash").
-	AfterStage func() error
-	// AfterCommit runs after End reported committed, before Pebble is
-	// written. An error stops Run (a crash between Kafka and Pebble).
-	AfterCommit func() error
-}
+type Hooks = eos.Hooks
 
 // ChangelogTopic names the changelog of one input topic.
 func ChangelogTopic(name, input string) string { return name + "." + input + ".changelog" }

@@ -1,9 +1,8 @@
-// Package processor is projector's exactly-once loop: it consumes the input
-// topics in a Kafka consumer group with franz-go's GroupTransactSession and, for
-// every record in partition order, decodes the envelope, deduplicates it,
-// offers it to each projection's version guard and produces the projection,
-// dead-letter, side-effect intent and changelog records in the same Kafka
-// transaction as the input offsets.
+// Package processor is projector's event pipeline, run on the exactly-once
+// loop of internal/eos: for every input record, in partition order, it decodes
+// the envelope, deduplicates it, offers it to each projection's version guard
+// and stages the projection, dead-letter, side-effect intent and changelog
+// records of the same Kafka transaction as the input offsets.
 //
 // Invariants (DESIGN.md numbers them; the tests name them):
 //

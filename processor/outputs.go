@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -50,10 +51,10 @@ func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record
 
 // emitIntents produces the side-effect intents of an applied event (live mode)
 // or counts them as suppressed (rebuild mode).
-func (p *Processor) emitIntents(b *batch, pr *projection.Projection, c projection.Change) {
+func (p *Processor) emitIntents(b *eos.Batch, pr *projection.Projection, c projection.Change) {
 	for _, in := range c.Effects {
 		if p.cfg.Mode == Rebuild {
-			b.tally.effect(in.Effect, "suppressed")
+			p.tally.effect(in.Effect, "suppressed")
 			continue
 		}
 		ev := c.Event
@@ -73,8 +74,8 @@ func (p *Processor) emitIntents(b *batch, pr *projection.Projection, c projectio
 		v = append(v, `,"event":`...)
 		v = append(v, c.Source.Value...)
 		v = append(v, '}')
-		b.recs = append(b.recs, &kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
-		b.tally.effect(in.Effect, "enqueued")
+		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
+		p.tally.effect(in.Effect, "enqueued")
 	}
 }
 
@@ -110,7 +111,7 @@ func appendJSONString(b []byte, s string) []byte {
 
 // expiry is one aggregate whose gap outlived the hold timeout.
 type expiry struct {
-	task *task
+	task *eos.Task
 	key  gapKey
 }
 
@@ -121,30 +122,31 @@ func (p *Processor) expiring(now time.Time) []expiry {
 		return nil
 	}
 	var out []expiry
-	for _, t := range p.tasks {
-		if !t.verified {
-			continue
+	p.loop.Tasks(func(t *eos.Task) {
+		ts, _ := t.Data.(*taskState)
+		if ts == nil {
+			return
 		}
-		for k, since := range t.gaps {
+		for k, since := range ts.gaps {
 			if now.Sub(since) >= p.cfg.HoldTimeout {
 				out = append(out, expiry{task: t, key: k})
 			}
 		}
-	}
+	})
 	return out
 }
 
 // expire resolves one expired gap inside the transaction.
-func (p *Processor) expire(b *batch, e expiry) error {
+func (p *Processor) expire(b *eos.Batch, e expiry) error {
 	for _, g := range p.guards {
 		if g.P.Name != e.key.projection {
 			continue
 		}
-		step, err := g.Expire(b.txn, e.task.prefix, e.key.aggregate, p.cfg.GapPolicy, b.now)
+		step, err := g.Expire(b.Txn, e.task.Prefix, e.key.aggregate, p.cfg.GapPolicy, b.Now)
 		if err != nil {
 			return err
 		}
-		b.tally.addN(g.P.Name, "applied", len(step.Changes))
+		p.tally.addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, e.task, g, e.key.aggregate, step)
 		p.trackGap(b, e.task, e.key, step)
 		p.cfg.Logger.Info("gap timed out", "projection", g.P.Name, "aggregate", e.key.aggregate,

@@ -3,45 +3,35 @@ package processor
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/projection"
 )
 
 // ErrFenced reports that another instance with the same transactional id took
 // over; the process must stop (invariant 5).
-var ErrFenced = errors.New("processor: fenced by another instance with the same transactional id")
+var ErrFenced = eos.ErrFenced
 
-// Processor runs the exactly-once loop. Create it with New and call Run once.
+// Processor runs the exactly-once event pipeline. Create it with New and call
+// Run once.
 type Processor struct {
 	cfg    Config
 	guards []*projection.Guard
-
-	// assignment changes recorded by kgo's callbacks, acted on by the loop.
-	mu       sync.Mutex
-	assigned map[state.Task]bool // true: restored once the group fetched its offsets
-	pending  map[state.Task]bool // newly assigned, not yet restored
-	revoked  map[state.Task]bool
-
-	// Owned by the loop goroutine.
-	tasks map[state.Task]*task
-
-	stats *Stats
+	loop   *eos.Loop
+	stats  *Stats
+	// tally counts the open transaction's outcomes (loop goroutine only).
+	tally tally
 }
 
-// task is one owned input partition.
-type task struct {
-	id       state.Task
-	prefix   []byte
-	verified bool // restored after the group fetched committed offsets
-	since    time.Time
-	gaps     map[gapKey]time.Time // aggregates with held events → gap start
+// taskState is the pipeline's per-task in-memory state: the aggregates with
+// held events and when their gap opened. It is derived from Pebble on every
+// restore and updated only by commit hooks, so it is never ahead of Kafka.
+type taskState struct {
+	gaps map[gapKey]time.Time
 }
 
 type gapKey struct{ projection, aggregate string }
@@ -52,17 +42,26 @@ func New(cfg Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Processor{
-		cfg:      cfg,
-		assigned: make(map[state.Task]bool),
-		pending:  make(map[state.Task]bool),
-		revoked:  make(map[state.Task]bool),
-		tasks:    make(map[state.Task]*task),
-		stats:    newStats(),
-	}
+	p := &Processor{cfg: cfg, stats: newStats()}
 	for _, pr := range cfg.Projections {
 		p.guards = append(p.guards, &projection.Guard{P: pr, MaxHeld: cfg.MaxHeld})
 	}
+	var outputs []eos.TopicSpec
+	for _, pr := range cfg.Projections {
+		outputs = append(outputs, eos.TopicSpec{Name: pr.Topic, Compacted: true})
+	}
+	if cfg.Mode == Live && cfg.EffectsTopic != "" {
+		outputs = append(outputs, eos.TopicSpec{Name: cfg.EffectsTopic})
+	}
+	p.loop = eos.New(eos.Config{
+		Group: cfg.Name, TransactionalID: p.TransactionalID(), Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
+		Inputs: cfg.Inputs, ChangelogOf: func(in string) string { return ChangelogTopic(cfg.Name, in) },
+		DeadLetterTopic: cfg.DeadLetterTopic, OutputTopics: outputs, Partitions: cfg.Partitions,
+		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn,
+		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
+		Expired: cfg.Dedup.Expired, Logger: cfg.Logger, Now: cfg.Now,
+		Hooks: cfg.Hooks, Stats: p.stats.Stats,
+	}, (*pipeline)(p))
 	return p, nil
 }
 
@@ -72,164 +71,108 @@ func (p *Processor) Stats() *Stats { return p.stats }
 // TransactionalID is the stable transactional id of this instance.
 func (p *Processor) TransactionalID() string { return p.cfg.Name + "-" + p.cfg.InstanceID }
 
-func (p *Processor) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for t, parts := range m {
-		for _, part := range parts {
-			id := state.Task{Topic: t, Partition: part}
-			p.pending[id] = true
-			delete(p.revoked, id)
-		}
-	}
-}
-
-func (p *Processor) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for t, parts := range m {
-		for _, part := range parts {
-			id := state.Task{Topic: t, Partition: part}
-			p.revoked[id] = true
-			delete(p.pending, id)
-		}
-	}
-}
-
 // Run consumes until ctx is done or a fatal error occurs. On ctx cancellation
 // it finishes the open transaction (or aborts it), leaves the group and
 // returns nil.
 func (p *Processor) Run(ctx context.Context) error {
-	log := p.cfg.Logger
-	if err := p.ensureTopics(ctx); err != nil {
-		return p.stopping(ctx, err)
-	}
-	sess, err := kgo.NewGroupTransactSession(p.sessionOpts()...)
-	if err != nil {
-		return fmt.Errorf("processor: session: %w", err)
-	}
-	defer sess.Close()
-	rc, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(p.cfg.Brokers...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	}, p.cfg.ClientOpts...)...)
-	if err != nil {
-		return fmt.Errorf("processor: restore client: %w", err)
-	}
-	defer rc.Close()
-	r := &restorer{p: p, cl: rc}
-	log.Info("processor started", "name", p.cfg.Name, "transactionalId", p.TransactionalID(), "inputs", p.cfg.Inputs, "mode", p.cfg.Mode)
-
-	for {
-		if ctx.Err() != nil {
-			log.Info("processor stopping")
-			return nil
-		}
-		if err := p.syncAssignment(ctx, r); err != nil {
-			return p.stopping(ctx, err)
-		}
-		pollCtx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
-		fetches := sess.PollRecords(pollCtx, p.cfg.MaxRecordsPerTxn)
-		cancel()
-		if fetches.IsClientClosed() {
-			return nil
-		}
-		var fatal error
-		fetches.EachError(func(t string, part int32, err error) {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return
-			}
-			log.Warn("fetch error", "topic", t, "partition", part, "err", err)
-			if isFatal(err) {
-				fatal = err
-			}
-		})
-		if fatal != nil {
-			return fmt.Errorf("processor: fetch: %w", fatal)
-		}
-		// Re-sync: a rebalance may have happened during the poll; the tasks
-		// with records must be restored (again) before they are processed.
-		if err := p.syncAssignment(ctx, r); err != nil {
-			return p.stopping(ctx, err)
-		}
-		if err := p.verify(ctx, r, fetches); err != nil {
-			return p.stopping(ctx, err)
-		}
-		now := p.cfg.Now()
-		expiring := p.expiring(now)
-		if fetches.NumRecords() == 0 && len(expiring) == 0 {
-			continue
-		}
-		if err := p.transact(sess, fetches, expiring, now); err != nil {
-			return err
-		}
-	}
-}
-
-// stopping turns an error caused by shutdown (a restore cut short, say) into
-// a clean stop: no transaction is open at these points, so nothing is lost.
-func (p *Processor) stopping(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		p.cfg.Logger.Info("processor stopping", "interrupted", err)
-		return nil
+	p.cfg.Logger.Info("processor started", "name", p.cfg.Name, "transactionalId", p.TransactionalID(),
+		"inputs", p.cfg.Inputs, "mode", p.cfg.Mode.String())
+	err := p.loop.Run(ctx)
+	if errors.Is(err, eos.ErrFenced) {
+		p.cfg.Logger.Error("fenced: another instance uses this transactional id; stopping", "transactionalId", p.TransactionalID())
 	}
 	return err
 }
 
-// isFatal reports client errors after which the loop must not continue.
-func isFatal(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) ||
-		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed)
+// pipeline is the processor as an eos.Handler.
+type pipeline Processor
+
+func (h *pipeline) Restored(t *eos.Task) error {
+	ts := &taskState{gaps: make(map[gapKey]time.Time)}
+	t.Data = ts
+	p := (*Processor)(h)
+	heldPrefix := append(append([]byte(nil), t.Prefix...), projection.KindHeld)
+	kv := storeKV{p.cfg.Store}
+	err := p.cfg.Store.Scan(heldPrefix, func(k, _ []byte) error {
+		proj, agg, _, err := projection.ParseHeldKey(k[len(t.Prefix):])
+		if err != nil {
+			return nil // inspect reports corrupt keys; the guard never wrote one
+		}
+		gk := gapKey{proj, agg}
+		if _, ok := ts.gaps[gk]; ok {
+			return nil
+		}
+		for _, g := range p.guards {
+			if g.P.Name != proj {
+				continue
+			}
+			snap, ok, err := g.Inspect(kv, t.Prefix, agg)
+			if err != nil {
+				return err
+			}
+			if ok && snap.HeldCount > 0 {
+				ts.gaps[gk] = snap.HeldSince
+			}
+		}
+		return nil
+	})
+	p.publishGaps()
+	return err
 }
 
-func (p *Processor) sessionOpts() []kgo.Opt {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(p.cfg.Brokers...),
-		kgo.TransactionalID(p.TransactionalID()),
-		kgo.TransactionTimeout(p.cfg.TransactionTimeout),
-		kgo.ConsumerGroup(p.cfg.Name),
-		kgo.ConsumeTopics(p.cfg.Inputs...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
-		kgo.SessionTimeout(p.cfg.SessionTimeout),
-		kgo.OnPartitionsAssigned(p.onAssigned),
-		kgo.OnPartitionsRevoked(p.onRevoked),
-		kgo.OnPartitionsLost(p.onRevoked),
-		kgo.RecordPartitioner(newPartitioner(p.changelogTopics())),
-		kgo.ProducerLinger(0),
+func (h *pipeline) Revoked(*eos.Task) { (*Processor)(h).publishGaps() }
+
+func (h *pipeline) Due(now time.Time) bool { return len((*Processor)(h).expiring(now)) > 0 }
+
+func (h *pipeline) Begin(b *eos.Batch) error {
+	p := (*Processor)(h)
+	tl := newTally()
+	p.tally = tl
+	b.OnCommit(func() {
+		p.stats.addTally(tl)
+		p.publishGaps()
+	})
+	for _, e := range p.expiring(b.Now) {
+		if err := p.expire(b, e); err != nil {
+			return err
+		}
 	}
-	return append(opts, p.cfg.ClientOpts...)
+	return nil
 }
 
-func (p *Processor) changelogTopics() []string {
-	var ts []string
-	for _, in := range p.cfg.Inputs {
-		ts = append(ts, ChangelogTopic(p.cfg.Name, in))
+func (h *pipeline) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
+	return (*Processor)(h).process(b, t, r)
+}
+
+// publishGaps summarises the tasks' gap indexes for metrics.
+func (p *Processor) publishGaps() {
+	g := make(map[string]GapSummary, len(p.cfg.Projections))
+	for _, pr := range p.cfg.Projections {
+		g[pr.Name] = GapSummary{}
 	}
-	return ts
+	p.loop.Tasks(func(t *eos.Task) {
+		ts, _ := t.Data.(*taskState)
+		if ts == nil {
+			return
+		}
+		for k, since := range ts.gaps {
+			s := g[k.projection]
+			s.Open++
+			if s.Oldest.IsZero() || since.Before(s.Oldest) {
+				s.Oldest = since
+			}
+			g[k.projection] = s
+		}
+	})
+	p.stats.setGaps(g)
 }
 
-// partitioner sends changelog records to the partition the processor chose
-// (the input partition they belong to) and hashes everything else by key like
-// Kafka's default partitioner.
-type partitioner struct {
-	manual map[string]bool
-	byKey  kgo.Partitioner
-}
+// storeKV reads Pebble directly (no staging) for read-only guard calls.
+type storeKV struct{ s *state.Store }
 
-func newPartitioner(manualTopics []string) kgo.Partitioner {
-	m := make(map[string]bool, len(manualTopics))
-	for _, t := range manualTopics {
-		m[t] = true
-	}
-	return partitioner{manual: m, byKey: kgo.StickyKeyPartitioner(nil)}
-}
-
-func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
-	if p.manual[t] {
-		return kgo.ManualPartitioner().ForTopic(t)
-	}
-	return p.byKey.ForTopic(t)
+func (s storeKV) Get(k []byte) ([]byte, bool, error) { return s.s.Get(k) }
+func (storeKV) Set(_, _ []byte)                      { panic("processor: storeKV is read-only") }
+func (storeKV) Delete(_ []byte)                      { panic("processor: storeKV is read-only") }
+func (s storeKV) Scan(prefix []byte, fn func(k, v []byte) error) error {
+	return s.s.Scan(prefix, fn)
 }

@@ -1,11 +1,10 @@
 package processor
 
 import (
-	"sort"
 	"sync"
 	"time"
 
-	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -43,30 +42,31 @@ func (t tally) deadLetter(reason string)     { t.dlq[reason]++ }
 func (t tally) effect(effect, status string) { t.effects[[2]string{effect, status}]++ }
 
 // Stats are the processor's committed counters. Record-level outcomes of
-// records no projection accepts, and invalid records, count under projection "".
+// records no projection accepts, and invalid records, count under projection
+// "". The loop's counters (transactions, restores, readiness) are embedded.
 type Stats struct {
-	mu        sync.Mutex
-	events    map[[2]string]int64
-	dlq       map[string]int64
-	effects   map[[2]string]int64
-	txns      map[string]int64
-	txnTime   []time.Duration // recent transaction durations (ring)
-	restored  int64
-	assigned  map[state.Task]bool
-	ready     bool
-	observers []func(TxnObservation)
+	*eos.Stats
+	mu      sync.Mutex
+	events  map[[2]string]int64
+	dlq     map[string]int64
+	effects map[[2]string]int64
+	gaps    map[string]GapSummary
+}
+
+// GapSummary is one projection's open gaps on this instance.
+type GapSummary struct {
+	Open   int       // aggregates with held events
+	Oldest time.Time // start of the oldest open gap (zero when none)
 }
 
 // TxnObservation is reported to observers after every transaction.
-type TxnObservation struct {
-	Result   string // committed, aborted, failed
-	Duration time.Duration
-}
+type TxnObservation = eos.TxnObservation
 
 func newStats() *Stats {
 	return &Stats{
+		Stats:  eos.NewStats(),
 		events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{},
-		txns: map[string]int64{}, assigned: map[state.Task]bool{},
+		gaps: map[string]GapSummary{},
 	}
 }
 
@@ -82,52 +82,6 @@ func (s *Stats) addTally(t tally) {
 	for k, v := range t.effects {
 		s.effects[k] += v
 	}
-}
-
-func (s *Stats) addTxn(result string, d time.Duration) {
-	s.mu.Lock()
-	s.txns[result]++
-	if result == "committed" {
-		if len(s.txnTime) < 4096 {
-			s.txnTime = append(s.txnTime, d)
-		} else {
-			s.txnTime[s.txns[result]%4096] = d
-		}
-	}
-	obs := s.observers
-	s.mu.Unlock()
-	for _, o := range obs {
-		o(TxnObservation{Result: result, Duration: d})
-	}
-}
-
-func (s *Stats) addRestored(n int) {
-	s.mu.Lock()
-	s.restored += int64(n)
-	s.mu.Unlock()
-}
-
-func (s *Stats) setAssigned(id state.Task, on bool) {
-	s.mu.Lock()
-	if on {
-		s.assigned[id] = true
-	} else {
-		delete(s.assigned, id)
-	}
-	s.mu.Unlock()
-}
-
-func (s *Stats) setReady(r bool) {
-	s.mu.Lock()
-	s.ready = r
-	s.mu.Unlock()
-}
-
-// Observe registers fn to be called after every transaction (metrics).
-func (s *Stats) Observe(fn func(TxnObservation)) {
-	s.mu.Lock()
-	s.observers = append(s.observers, fn)
-	s.mu.Unlock()
 }
 
 // Events returns committed outcome counts for a projection ("" for record-level).
@@ -164,54 +118,19 @@ func (s *Stats) Effects(effect, status string) int64 {
 	return s.effects[[2]string{effect, status}]
 }
 
-// Transactions returns the count of transactions by result.
-func (s *Stats) Transactions(result string) int64 {
+func (s *Stats) setGaps(g map[string]GapSummary) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.txns[result]
-}
-
-// Restored is the number of changelog records restored into Pebble.
-func (s *Stats) Restored() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.restored
-}
-
-// Ready reports whether every assigned partition is restored and processing.
-func (s *Stats) Ready() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ready && len(s.assigned) > 0
-}
-
-// Assigned lists the assigned tasks in order.
-func (s *Stats) Assigned() []state.Task {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]state.Task, 0, len(s.assigned))
-	for id := range s.assigned {
-		out = append(out, id)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
-	})
-	return out
-}
-
-// TxnLatency returns the p-th percentile (0..1) of recent committed
-// transaction durations.
-func (s *Stats) TxnLatency(p float64) time.Duration {
-	s.mu.Lock()
-	d := append([]time.Duration(nil), s.txnTime...)
+	s.gaps = g
 	s.mu.Unlock()
-	if len(d) == 0 {
-		return 0
+}
+
+// Gaps returns, per projection, the open gaps of the assigned partitions.
+func (s *Stats) Gaps() map[string]GapSummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]GapSummary, len(s.gaps))
+	for k, v := range s.gaps {
+		out[k] = v
 	}
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	i := int(p * float64(len(d)-1))
-	return d[i]
+	return out
 }

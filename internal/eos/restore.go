@@ -1,4 +1,4 @@
-package processor
+package eos
 
 import (
 	"context"
@@ -8,69 +8,73 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/state"
-	"github.com/projector-dev/projector/projection"
 )
 
 // syncAssignment applies the assignment changes recorded by the group
 // callbacks: revoked tasks are dropped, newly assigned ones restored.
-func (p *Processor) syncAssignment(ctx context.Context, r *restorer) error {
-	p.mu.Lock()
-	revoked, pending := p.revoked, p.pending
-	p.revoked, p.pending = make(map[state.Task]bool), make(map[state.Task]bool)
-	p.mu.Unlock()
+func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
+	l.mu.Lock()
+	revoked, pending := l.revoked, l.pending
+	l.revoked, l.pending = make(map[state.Task]bool), make(map[state.Task]bool)
+	l.mu.Unlock()
 	for id := range revoked {
-		delete(p.tasks, id)
-		p.stats.setAssigned(id, false)
+		if t := l.tasks[id]; t != nil {
+			delete(l.tasks, id)
+			l.h.Revoked(t)
+		}
+		l.stats.setAssigned(id, false)
 	}
 	if len(pending) == 0 {
 		return nil
 	}
-	var ids []state.Task
+	var ts []*Task
 	for id := range pending {
-		t := &task{id: id, prefix: id.Prefix(), since: time.Now(), gaps: make(map[gapKey]time.Time)}
-		p.tasks[id] = t
-		p.stats.setAssigned(id, true)
-		ids = append(ids, id)
+		t := &Task{ID: id, Prefix: id.Prefix(), since: time.Now()}
+		if old := l.tasks[id]; old != nil {
+			l.h.Revoked(old)
+		}
+		l.tasks[id] = t
+		l.stats.setAssigned(id, true)
+		ts = append(ts, t)
 	}
-	return r.restore(ctx, ids)
+	return r.restore(ctx, ts)
 }
 
 // verify restores, once per assignment, every task whose records arrived (the
 // group has fetched its committed offsets, so a previous owner's transaction
 // has resolved and the changelog's last stable offset includes it), and tasks
 // idle for longer than a transaction can stay open.
-func (p *Processor) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
-	var ids []state.Task
+func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
+	var ts []*Task
 	seen := make(map[state.Task]bool)
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
-		if t := p.tasks[id]; t != nil && !t.verified && len(fp.Records) > 0 && !seen[id] {
+		if t := l.tasks[id]; t != nil && !t.verified && len(fp.Records) > 0 && !seen[id] {
 			seen[id] = true
-			ids = append(ids, id)
+			ts = append(ts, t)
 		}
 	})
-	for id, t := range p.tasks {
-		if !t.verified && !seen[id] && time.Since(t.since) > p.cfg.TransactionTimeout+p.cfg.SessionTimeout {
-			ids = append(ids, id)
+	for id, t := range l.tasks {
+		if !t.verified && !seen[id] && time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
+			ts = append(ts, t)
 		}
 	}
-	if len(ids) == 0 {
+	if len(ts) == 0 {
 		return nil
 	}
-	if err := r.restore(ctx, ids); err != nil {
+	if err := r.restore(ctx, ts); err != nil {
 		return err
 	}
-	for _, id := range ids {
-		p.tasks[id].verified = true
+	for _, t := range ts {
+		t.verified = true
 	}
-	p.stats.setReady(p.allVerified())
+	l.stats.setReady(l.allVerified())
 	return nil
 }
 
-func (p *Processor) allVerified() bool {
-	for _, t := range p.tasks {
+func (l *Loop) allVerified() bool {
+	for _, t := range l.tasks {
 		if !t.verified {
 			return false
 		}
@@ -80,32 +84,36 @@ func (p *Processor) allVerified() bool {
 
 // restorer reads changelog partitions into Pebble.
 type restorer struct {
-	p  *Processor
+	l  *Loop
 	cl *kgo.Client
 }
 
 const restoreChunk = 10000
 
 // restore brings each task's Pebble state up to its changelog partition's last
-// stable offset, then rebuilds the task's in-memory gap index.
-func (r *restorer) restore(ctx context.Context, ids []state.Task) error {
-	p := r.p
-	byTopic := make(map[string][]state.Task)
-	for _, id := range ids {
-		byTopic[ChangelogTopic(p.cfg.Name, id.Topic)] = append(byTopic[ChangelogTopic(p.cfg.Name, id.Topic)], id)
+// stable offset, then lets the handler rebuild its in-memory state.
+func (r *restorer) restore(ctx context.Context, ts []*Task) error {
+	l := r.l
+	byTopic := make(map[string][]*Task)
+	for _, t := range ts {
+		cl := l.cfg.ChangelogOf(t.ID.Topic)
+		byTopic[cl] = append(byTopic[cl], t)
 	}
 	adm := kadm.NewClient(r.cl)
 	for topic, tasks := range byTopic {
 		ends, err := adm.ListCommittedOffsets(ctx, topic)
 		if err != nil {
-			return fmt.Errorf("processor: restore: list offsets of %s: %w", topic, err)
+			return fmt.Errorf("eos: restore: list offsets of %s: %w", topic, err)
 		}
-		for _, id := range tasks {
-			lo, ok := ends.Lookup(topic, id.Partition)
+		for _, t := range tasks {
+			lo, ok := ends.Lookup(topic, t.ID.Partition)
 			if !ok || lo.Err != nil {
-				return fmt.Errorf("processor: restore %s: changelog partition %s/%d: %v", id, topic, id.Partition, lo.Err)
+				return fmt.Errorf("eos: restore %s: changelog partition %s/%d: %v", t.ID, topic, t.ID.Partition, lo.Err)
 			}
-			if err := r.restoreTask(ctx, id, topic, lo.Offset); err != nil {
+			if err := r.restoreTask(ctx, t.ID, topic, lo.Offset); err != nil {
+				return err
+			}
+			if err := l.h.Restored(t); err != nil {
 				return err
 			}
 		}
@@ -114,7 +122,7 @@ func (r *restorer) restore(ctx context.Context, ids []state.Task) error {
 }
 
 func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end int64) error {
-	p := r.p
+	p := r.l
 	st := p.cfg.Store
 	from, err := st.ChangelogOffset(id)
 	if err != nil {
@@ -157,7 +165,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 				}
 			})
 			if ferr != nil {
-				return fmt.Errorf("processor: restore %s: %w", id, ferr)
+				return fmt.Errorf("eos: restore %s: %w", id, ferr)
 			}
 			fs.EachRecord(func(rec *kgo.Record) {
 				if rec.Topic != topic || rec.Partition != id.Partition || rec.Offset < next {
@@ -168,7 +176,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 				if rec.Attrs.IsControl() {
 					return
 				}
-				if p.cfg.Dedup.Expired(rec.Key, now) {
+				if p.cfg.Expired != nil && p.cfg.Expired(rec.Key, now) {
 					return
 				}
 				chunk = append(chunk, state.Record{Key: rec.Key, Value: rec.Value})
@@ -197,58 +205,10 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			idle = 0
 		}
 	}
-	if err := r.rebuildGaps(id); err != nil {
-		return err
-	}
 	if n > 0 {
 		p.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
-}
-
-// rebuildGaps reloads the task's index of aggregates with held events.
-func (r *restorer) rebuildGaps(id state.Task) error {
-	p := r.p
-	t := p.tasks[id]
-	if t == nil {
-		return nil
-	}
-	t.gaps = make(map[gapKey]time.Time)
-	heldPrefix := append(id.Prefix(), projection.KindHeld)
-	pre := len(id.Prefix())
-	return p.cfg.Store.Scan(heldPrefix, func(k, v []byte) error {
-		proj, agg, _, err := projection.ParseHeldKey(k[pre:])
-		if err != nil {
-			return nil // not ours to judge here; inspect reports it
-		}
-		gk := gapKey{proj, agg}
-		if _, ok := t.gaps[gk]; ok {
-			return nil
-		}
-		for _, g := range p.guards {
-			if g.P.Name != proj {
-				continue
-			}
-			snap, ok, err := g.Inspect(storeKV{p.cfg.Store}, id.Prefix(), agg)
-			if err != nil {
-				return err
-			}
-			if ok && snap.HeldCount > 0 {
-				t.gaps[gk] = snap.HeldSince
-			}
-		}
-		return nil
-	})
-}
-
-// storeKV reads Pebble directly (no staging) for read-only guard calls.
-type storeKV struct{ s *state.Store }
-
-func (s storeKV) Get(k []byte) ([]byte, bool, error) { return s.s.Get(k) }
-func (storeKV) Set(_, _ []byte)                      { panic("processor: storeKV is read-only") }
-func (storeKV) Delete(_ []byte)                      { panic("processor: storeKV is read-only") }
-func (s storeKV) Scan(prefix []byte, fn func(k, v []byte) error) error {
-	return s.s.Scan(prefix, fn)
 }
 
 func prefixEnd(p []byte) []byte {
@@ -261,5 +221,3 @@ func prefixEnd(p []byte) []byte {
 	}
 	return nil
 }
-
-var _ dedup.KV = (*state.Txn)(nil)

@@ -1,4 +1,4 @@
-package processor
+package eos
 
 import (
 	"context"
@@ -10,41 +10,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ensureTopics creates the topics the processor needs when they are missing
-// and checks that every changelog is co-partitioned with its input.
-func (p *Processor) ensureTopics(ctx context.Context) error {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(p.cfg.Brokers...)}, p.cfg.ClientOpts...)...)
+// ensureTopics creates the topics the loop needs when they are missing and
+// checks that every changelog is co-partitioned with its input.
+func (l *Loop) ensureTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(l.cfg.Brokers...)}, l.cfg.ClientOpts...)...)
 	if err != nil {
-		return fmt.Errorf("processor: admin client: %w", err)
+		return fmt.Errorf("eos: admin client: %w", err)
 	}
 	defer cl.Close()
-	return EnsureTopics(ctx, kadm.NewClient(cl), p.topicSpecs(), p.cfg.Partitions)
+	var specs []TopicSpec
+	for _, in := range l.cfg.Inputs {
+		specs = append(specs, TopicSpec{Name: in})
+	}
+	for _, in := range l.cfg.Inputs {
+		specs = append(specs, TopicSpec{Name: l.cfg.ChangelogOf(in), Compacted: true, CopartitionOf: in})
+	}
+	specs = append(specs, TopicSpec{Name: l.cfg.DeadLetterTopic})
+	specs = append(specs, l.cfg.OutputTopics...)
+	return EnsureTopics(ctx, kadm.NewClient(cl), specs, l.cfg.Partitions)
 }
 
-// TopicSpec describes one topic the processor uses.
+// TopicSpec describes one topic the loop uses.
 type TopicSpec struct {
 	Name      string
 	Compacted bool
 	// CopartitionOf names the topic whose partition count this one must match.
 	CopartitionOf string
-}
-
-func (p *Processor) topicSpecs() []TopicSpec {
-	var specs []TopicSpec
-	for _, in := range p.cfg.Inputs {
-		specs = append(specs, TopicSpec{Name: in})
-	}
-	for _, in := range p.cfg.Inputs {
-		specs = append(specs, TopicSpec{Name: ChangelogTopic(p.cfg.Name, in), Compacted: true, CopartitionOf: in})
-	}
-	for _, pr := range p.cfg.Projections {
-		specs = append(specs, TopicSpec{Name: pr.Topic, Compacted: true})
-	}
-	specs = append(specs, TopicSpec{Name: p.cfg.DeadLetterTopic})
-	if p.cfg.Mode == Live {
-		specs = append(specs, TopicSpec{Name: p.cfg.EffectsTopic})
-	}
-	return specs
 }
 
 // EnsureTopics creates missing topics in order (a topic is created after the
@@ -56,7 +47,7 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, part
 	}
 	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
-		return fmt.Errorf("processor: list topics: %w", err)
+		return fmt.Errorf("eos: list topics: %w", err)
 	}
 	count := func(t string) (int32, bool) {
 		d, ok := details[t]
@@ -70,13 +61,13 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, part
 		if s.CopartitionOf != "" {
 			n, ok := count(s.CopartitionOf)
 			if !ok {
-				return fmt.Errorf("processor: topic %s: its input %s does not exist", s.Name, s.CopartitionOf)
+				return fmt.Errorf("eos: topic %s: its input %s does not exist", s.Name, s.CopartitionOf)
 			}
 			want = n
 		}
 		if n, ok := count(s.Name); ok {
 			if s.CopartitionOf != "" && n != want {
-				return fmt.Errorf("processor: changelog %s has %d partitions but its input %s has %d; they must be co-partitioned", s.Name, n, s.CopartitionOf, want)
+				return fmt.Errorf("eos: changelog %s has %d partitions but its input %s has %d; they must be co-partitioned", s.Name, n, s.CopartitionOf, want)
 			}
 			continue
 		}
@@ -87,10 +78,10 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, part
 		}
 		resp, err := adm.CreateTopic(ctx, want, -1, cfgs, s.Name)
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("processor: create topic %s: %w", s.Name, err)
+			return fmt.Errorf("eos: create topic %s: %w", s.Name, err)
 		}
 		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("processor: create topic %s: %w", s.Name, resp.Err)
+			return fmt.Errorf("eos: create topic %s: %w", s.Name, resp.Err)
 		}
 		details[s.Name] = kadm.TopicDetail{Topic: s.Name, Partitions: make(kadm.PartitionDetails, want)}
 		for i := int32(0); i < want; i++ {

@@ -1,0 +1,26 @@
+// Package eos is projector's exactly-once consume-process-produce loop, shared
+// by the event processor and the side-effect executor. It owns the Kafka
+// session, the restore of state from changelogs, and the order of a
+// transaction's steps; a Handler decides what each record means.
+//
+// Invariants (DESIGN.md numbers them):
+//
+//  1. Pebble is never ahead of Kafka: a transaction's state is staged in a
+//     state.Txn and written to Pebble, synced, only after End reports
+//     committed. Every other End result discards the staged writes, and the
+//     Batch's commit hooks (counters, in-memory indexes, wake-ups) run only
+//     after the Pebble write.
+//  2. Pebble may be behind Kafka; the changelog closes the gap: every staged
+//     write below a task prefix is produced to the task's changelog
+//     partition in the same transaction. A task is restored from its stored
+//     changelog offset to the partition's last stable offset on assignment,
+//     and again once the group has fetched the task's committed offsets (by
+//     then any transaction of a previous owner has resolved), before its
+//     records are processed.
+//  5. Fencing is fatal: the transactional id is stable per instance; an End
+//     error (fenced, or any other: none is retryable) stops Run.
+//
+// Goroutines: Run owns the loop and every client it creates. kgo's group
+// callbacks only record assignment changes under a mutex; the loop acts on
+// them between transactions. Handler methods are called from the loop only.
+package eos

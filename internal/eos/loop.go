@@ -1,0 +1,321 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/state"
+)
+
+// ErrFenced reports that another instance with the same transactional id took
+// over; the process must stop (invariant 5).
+var ErrFenced = errors.New("fenced by another instance with the same transactional id")
+
+// Dead-letter headers (CONTRACT.md §3).
+const (
+	HeaderReason = "projector-reason"
+	HeaderError  = "projector-error"
+	HeaderSource = "projector-source"
+)
+
+// Handler gives meaning to records. All methods run on the loop goroutine.
+type Handler interface {
+	// Restored is called after a task's state was restored (again), with no
+	// transaction open: rebuild in-memory indexes from the store here.
+	Restored(t *Task) error
+	// Revoked is called when a task is no longer owned.
+	Revoked(t *Task)
+	// Due reports whether the handler has work to do in a transaction even
+	// without records (expired gaps, ledger updates).
+	Due(now time.Time) bool
+	// Begin runs first in every transaction, for that work.
+	Begin(b *Batch) error
+	// Process handles one record of an owned, restored task.
+	Process(b *Batch, t *Task, r *kgo.Record) error
+}
+
+// Task is one owned input partition.
+type Task struct {
+	ID     state.Task
+	Prefix []byte
+	// Data is the handler's per-task state.
+	Data any
+
+	verified bool
+	since    time.Time
+}
+
+// Config configures a Loop.
+type Config struct {
+	Group           string // consumer group
+	TransactionalID string
+	Brokers         []string
+	ClientOpts      []kgo.Opt
+	Inputs          []string
+	// ChangelogOf names the changelog topic of an input topic.
+	ChangelogOf     func(input string) string
+	DeadLetterTopic string
+	// Topics the loop creates when missing (inputs and changelogs are added).
+	OutputTopics []TopicSpec
+	Partitions   int32 // for missing inputs
+
+	Store              *state.Store
+	MaxRecordsPerTxn   int
+	TransactionTimeout time.Duration
+	SessionTimeout     time.Duration
+	// Expired drops changelog records on restore (expired dedup entries).
+	Expired func(changelogKey []byte, now time.Time) bool
+	Logger  *slog.Logger
+	Now     func() time.Time
+	Hooks   *Hooks
+	Stats   *Stats
+}
+
+// Hooks let tests stop the loop at precise points of a transaction.
+type Hooks struct {
+	// AfterStage runs after all outputs of a transaction are produced and
+	// flushed, before End. An error stops Run (a "crash").
+	AfterStage func() error
+	// AfterCommit runs after End reported committed, before Pebble is
+	// written. An error stops Run (a crash between Kafka and Pebble).
+	AfterCommit func() error
+}
+
+// Loop is the exactly-once loop.
+type Loop struct {
+	cfg Config
+	h   Handler
+
+	mu      sync.Mutex
+	pending map[state.Task]bool // newly assigned, not yet restored
+	revoked map[state.Task]bool
+
+	tasks map[state.Task]*Task // owned by the loop goroutine
+	stats *Stats
+}
+
+// New returns a loop; call Run once.
+func New(cfg Config, h Handler) *Loop {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Stats == nil {
+		cfg.Stats = NewStats()
+	}
+	return &Loop{cfg: cfg, h: h, pending: map[state.Task]bool{}, revoked: map[state.Task]bool{},
+		tasks: map[state.Task]*Task{}, stats: cfg.Stats}
+}
+
+// Tasks calls fn for every owned, restored task.
+func (l *Loop) Tasks(fn func(*Task)) {
+	for _, t := range l.tasks {
+		if t.verified {
+			fn(t)
+		}
+	}
+}
+
+func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for t, parts := range m {
+		for _, part := range parts {
+			id := state.Task{Topic: t, Partition: part}
+			l.pending[id] = true
+			delete(l.revoked, id)
+		}
+	}
+}
+
+func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for t, parts := range m {
+		for _, part := range parts {
+			id := state.Task{Topic: t, Partition: part}
+			l.revoked[id] = true
+			delete(l.pending, id)
+		}
+	}
+}
+
+// Run consumes until ctx is done or a fatal error occurs. On ctx
+// cancellation it finishes the open transaction (or aborts it), leaves the
+// group and returns nil.
+func (l *Loop) Run(ctx context.Context) error {
+	log := l.cfg.Logger
+	if err := l.ensureTopics(ctx); err != nil {
+		return l.stopping(ctx, err)
+	}
+	sess, err := kgo.NewGroupTransactSession(l.sessionOpts()...)
+	if err != nil {
+		return fmt.Errorf("eos: session: %w", err)
+	}
+	defer sess.Close()
+	rc, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(l.cfg.Brokers...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	}, l.cfg.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("eos: restore client: %w", err)
+	}
+	defer rc.Close()
+	defer func() {
+		for _, t := range l.tasks {
+			l.h.Revoked(t)
+		}
+	}()
+	r := &restorer{l: l, cl: rc}
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := l.syncAssignment(ctx, r); err != nil {
+			return l.stopping(ctx, err)
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		fetches := sess.PollRecords(pollCtx, l.cfg.MaxRecordsPerTxn)
+		cancel()
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		var fatal error
+		fetches.EachError(func(t string, part int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			log.Warn("fetch error", "topic", t, "partition", part, "err", err)
+			if isFatal(err) {
+				fatal = err
+			}
+		})
+		if fatal != nil {
+			return fmt.Errorf("eos: fetch: %w", fatal)
+		}
+		// Re-sync: a rebalance may have happened during the poll; the tasks
+		// with records must be restored (again) before they are processed.
+		if err := l.syncAssignment(ctx, r); err != nil {
+			return l.stopping(ctx, err)
+		}
+		if err := l.verify(ctx, r, fetches); err != nil {
+			return l.stopping(ctx, err)
+		}
+		now := l.cfg.Now()
+		if fetches.NumRecords() == 0 && !l.h.Due(now) {
+			continue
+		}
+		if err := l.transact(sess, fetches, now); err != nil {
+			return err
+		}
+	}
+}
+
+// stopping turns an error caused by shutdown (a restore cut short, say) into
+// a clean stop: no transaction is open at these points, so nothing is lost.
+func (l *Loop) stopping(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		l.cfg.Logger.Info("stopping", "interrupted", err)
+		return nil
+	}
+	return err
+}
+
+// isFatal reports client errors after which the loop must not continue.
+func isFatal(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) ||
+		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed)
+}
+
+func (l *Loop) sessionOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(l.cfg.Brokers...),
+		kgo.TransactionalID(l.cfg.TransactionalID),
+		kgo.TransactionTimeout(l.cfg.TransactionTimeout),
+		kgo.ConsumerGroup(l.cfg.Group),
+		kgo.ConsumeTopics(l.cfg.Inputs...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.SessionTimeout(l.cfg.SessionTimeout),
+		kgo.OnPartitionsAssigned(l.onAssigned),
+		kgo.OnPartitionsRevoked(l.onRevoked),
+		kgo.OnPartitionsLost(l.onRevoked),
+		kgo.RecordPartitioner(newPartitioner(l.changelogTopics())),
+		kgo.ProducerLinger(0),
+	}
+	return append(opts, l.cfg.ClientOpts...)
+}
+
+func (l *Loop) changelogTopics() []string {
+	var ts []string
+	for _, in := range l.cfg.Inputs {
+		ts = append(ts, l.cfg.ChangelogOf(in))
+	}
+	return ts
+}
+
+// partitioner sends changelog records to the partition the loop chose (the
+// input partition they belong to) and hashes everything else by key like
+// Kafka's default partitioner.
+type partitioner struct {
+	manual map[string]bool
+	byKey  kgo.Partitioner
+}
+
+func newPartitioner(manualTopics []string) kgo.Partitioner {
+	m := make(map[string]bool, len(manualTopics))
+	for _, t := range manualTopics {
+		m[t] = true
+	}
+	return partitioner{manual: m, byKey: kgo.StickyKeyPartitioner(nil)}
+}
+
+func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
+	if p.manual[t] {
+		return kgo.ManualPartitioner().ForTopic(t)
+	}
+	return p.byKey.ForTopic(t)
+}
+
+// Batch is one transaction's work: the staged state, the records to produce
+// and what to do once it commits.
+type Batch struct {
+	Txn  *state.Txn
+	Now  time.Time
+	recs []*kgo.Record
+	dlq  string
+}
+
+// Produce adds a record to the transaction.
+func (b *Batch) Produce(r *kgo.Record) { b.recs = append(b.recs, r) }
+
+// OnCommit registers fn to run after the transaction committed and Pebble was
+// written (never after an abort).
+func (b *Batch) OnCommit(fn func()) { b.Txn.AfterCommit(fn) }
+
+// DeadLetter produces the original record to the dead-letter topic with the
+// reason headers.
+func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reason, msg string) {
+	b.recs = append(b.recs, &kgo.Record{
+		Topic: b.dlq,
+		Key:   key,
+		Value: value,
+		Headers: []kgo.RecordHeader{
+			{Key: HeaderReason, Value: []byte(reason)},
+			{Key: HeaderError, Value: []byte(msg)},
+			{Key: HeaderSource, Value: []byte(id.Topic + "/" + strconv.Itoa(int(id.Partition)) + "/" + strconv.FormatInt(offset, 10))},
+		},
+	})
+}
