@@ -48,6 +48,9 @@ type Config struct {
 	Partitions int32
 
 	Projections []*projection.Projection
+	// EffectRules turn applied events into side-effect intents (the
+	// configured sideEffects); nil means only handler-returned intents.
+	EffectRules EffectRules
 	Store       *state.Store
 	Dedup       *dedup.Store
 
@@ -66,6 +69,13 @@ type Config struct {
 	Now func() time.Time
 	// Hooks are test seams for fault injection; nil in production.
 	Hooks *Hooks
+}
+
+// EffectRules build the side-effect intents of an applied event
+// (*sideeffects.Rules). An error names effects whose key could not be built;
+// the intents that could be built are still returned.
+type EffectRules interface {
+	Intents(projection string, ev *projection.Event, version int64) ([]projection.Intent, error)
 }
 
 // Hooks let tests stop the loop at precise points of a transaction.

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"github.com/projector-dev/projector/internal/jsonenc"
 	"strconv"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/sideeffects"
 )
 
 // projectionRecord encodes a Change as the contract's projection record (a
@@ -21,12 +23,12 @@ func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record
 	ev := c.Event
 	b := make([]byte, 0, 160+len(c.State)+len(ev.AggregateID))
 	b = append(b, `{"projection":`...)
-	b = strconv.AppendQuote(b, p.Name)
+	b = jsonenc.AppendString(b, p.Name)
 	b = append(b, `,"aggregateId":`...)
-	b = appendJSONString(b, ev.AggregateID)
+	b = jsonenc.AppendString(b, ev.AggregateID)
 	if ev.AggregateType != "" {
 		b = append(b, `,"aggregateType":`...)
-		b = appendJSONString(b, ev.AggregateType)
+		b = jsonenc.AppendString(b, ev.AggregateType)
 	}
 	b = append(b, `,"version":`...)
 	b = strconv.AppendInt(b, c.Version, 10)
@@ -37,76 +39,41 @@ func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record
 		b = append(b, c.State...)
 	}
 	b = append(b, `,"lastEventId":`...)
-	b = appendJSONString(b, ev.EventID)
+	b = jsonenc.AppendString(b, ev.EventID)
 	b = append(b, `,"lastEventType":`...)
-	b = appendJSONString(b, ev.EventType)
+	b = jsonenc.AppendString(b, ev.EventType)
 	if ev.OccurredAt != "" {
 		b = append(b, `,"occurredAt":`...)
-		b = appendJSONString(b, ev.OccurredAt)
+		b = jsonenc.AppendString(b, ev.OccurredAt)
 	}
 	b = append(b, '}')
 	r.Value = b
 	return r
 }
 
-// emitIntents produces the side-effect intents of an applied event (live mode)
-// or counts them as suppressed (rebuild mode).
-func (p *Processor) emitIntents(b *eos.Batch, pr *projection.Projection, c projection.Change) {
-	for _, in := range c.Effects {
+// emitIntents produces the side-effect intents of an applied event — the
+// handler's and the configured rules' — in live mode, or counts them as
+// suppressed in rebuild mode (invariants 6 and 7). Intents are only ever
+// built from Changes, that is from applied events.
+func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projection, c projection.Change) {
+	intents := c.Effects
+	if p.cfg.EffectRules != nil {
+		more, err := p.cfg.EffectRules.Intents(pr.Name, c.Event, c.Version)
+		if err != nil {
+			p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonHandlerError,
+				"event applied, but a side effect could not be built: "+err.Error())
+		}
+		intents = append(intents, more...)
+	}
+	for _, in := range intents {
 		if p.cfg.Mode == Rebuild {
 			p.tally.effect(in.Effect, "suppressed")
 			continue
 		}
-		ev := c.Event
-		v := make([]byte, 0, 256+len(c.Source.Value))
-		v = append(v, `{"key":`...)
-		v = appendJSONString(v, in.Key)
-		v = append(v, `,"effect":`...)
-		v = appendJSONString(v, in.Effect)
-		v = append(v, `,"projection":`...)
-		v = appendJSONString(v, pr.Name)
-		v = append(v, `,"aggregateId":`...)
-		v = appendJSONString(v, ev.AggregateID)
-		v = append(v, `,"aggregateVersion":`...)
-		v = strconv.AppendInt(v, c.Version, 10)
-		v = append(v, `,"eventId":`...)
-		v = appendJSONString(v, ev.EventID)
-		v = append(v, `,"event":`...)
-		v = append(v, c.Source.Value...)
-		v = append(v, '}')
+		v := sideeffects.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
 		p.tally.effect(in.Effect, "enqueued")
 	}
-}
-
-// appendJSONString appends s as a JSON string. Ids and types are validated
-// UTF-8, so only quotes, backslashes and control characters need escaping.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // expiry is one aggregate whose gap outlived the hold timeout.

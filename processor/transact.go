@@ -105,7 +105,7 @@ func outcomeLabel(o projection.Outcome) string {
 func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, aggregate string, step projection.Step) {
 	for _, c := range step.Changes {
 		b.Produce(projectionRecord(g.P, c))
-		p.emitIntents(b, g.P, c)
+		p.emitIntents(b, t, g.P, c)
 	}
 	for _, f := range step.Failures {
 		p.deadLetter(b, t.ID, f.Source.Offset, f.Source.Key, f.Source.Value, ReasonHandlerError, f.Err.Error())

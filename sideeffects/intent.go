@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/projector-dev/projector/internal/jsonenc"
 	"strconv"
 
 	"github.com/projector-dev/projector/internal/envelope"
@@ -42,17 +43,17 @@ func IntentValue(in projection.Intent, projectionName string, ev *envelope.Event
 	}
 	v := make([]byte, 0, 160+len(in.Key)+len(ev.AggregateID)+len(ev.EventID)+len(raw))
 	v = append(v, `{"key":`...)
-	v = appendJSONString(v, in.Key)
+	v = jsonenc.AppendString(v, in.Key)
 	v = append(v, `,"effect":`...)
-	v = appendJSONString(v, in.Effect)
+	v = jsonenc.AppendString(v, in.Effect)
 	v = append(v, `,"projection":`...)
-	v = appendJSONString(v, projectionName)
+	v = jsonenc.AppendString(v, projectionName)
 	v = append(v, `,"aggregateId":`...)
-	v = appendJSONString(v, ev.AggregateID)
+	v = jsonenc.AppendString(v, ev.AggregateID)
 	v = append(v, `,"aggregateVersion":`...)
 	v = strconv.AppendInt(v, version, 10)
 	v = append(v, `,"eventId":`...)
-	v = appendJSONString(v, ev.EventID)
+	v = jsonenc.AppendString(v, ev.EventID)
 	v = append(v, `,"event":`...)
 	v = append(v, raw...)
 	return append(v, '}')
@@ -73,35 +74,4 @@ func ParseIntent(value []byte) (Intent, error) {
 	}
 	in.Value = append([]byte(nil), value...)
 	return in, nil
-}
-
-// appendJSONString appends s as a JSON string. It escapes what JSON requires
-// (quote, backslash, control characters) and nothing else, so ids and keys
-// stay readable; s is valid UTF-8 (validated envelope fields and payload).
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -416,3 +416,7 @@ func decodeEntry(v []byte) (Entry, error) {
 	}
 	return e, nil
 }
+
+// DecodeEntry decodes a stored ledger entry (a ledger changelog value), for
+// tools that read the changelog topic.
+func DecodeEntry(v []byte) (Entry, error) { return decodeEntry(v) }

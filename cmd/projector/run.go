@@ -17,10 +17,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args, stdout, "  projector run --config configs/example.yaml\n  projector run --config configs/example.yaml --brokers 10.0.0.5:9092 --log-format json"); err != nil {
 		return err
 	}
-	switch *role {
-	case "all", "processor":
-	case "executor":
-		return usageError{"--role executor: the side-effect executor is not built yet; use --role processor"}
+	switch app.Role(*role) {
+	case app.RoleAll, app.RoleProcessor, app.RoleExecutor:
 	default:
 		return usageError{"--role: want processor, executor or all, got " + *role}
 	}
@@ -32,7 +30,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	a, err := app.New(cfg, app.Options{Logger: log})
+	a, err := app.New(cfg, app.Options{Logger: log, Role: app.Role(*role)})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -24,6 +26,7 @@ import (
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/sideeffects"
 )
 
 // App is a wired worker. Close releases everything it started, in reverse order.
@@ -31,18 +34,39 @@ type App struct {
 	Config    *config.Config
 	Brokers   []string
 	Embedded  *broker.Embedded // nil against a real cluster
-	Store     *state.Store
+	Store     *state.Store     // the processor's state (nil for role executor)
 	Processor *processor.Processor
-	Logger    *slog.Logger
+	// Executor runs the side effects (nil for role processor, in rebuild
+	// mode, and when no side effects are configured).
+	Executor      *sideeffects.Worker
+	ExecutorStore *state.Store
+	Logger        *slog.Logger
 }
+
+// Role selects what a process runs.
+type Role string
+
+// Roles of `projector run --role`.
+const (
+	RoleAll       Role = "all"
+	RoleProcessor Role = "processor"
+	RoleExecutor  Role = "executor"
+)
 
 // Options adjust the wiring for a command.
 type Options struct {
 	Logger *slog.Logger
 	Mode   processor.Mode
+	Role   Role // default RoleAll
 	// Hooks are passed to the processor (tests).
 	Hooks *processor.Hooks
+	// ExecutorHooks are passed to the executor's loop (tests).
+	ExecutorHooks *processor.Hooks
 }
+
+// ProcessorDir and ExecutorDir are the Pebble directories below state.dir.
+func ProcessorDir(cfg *config.Config) string { return filepath.Join(cfg.State.Dir, "processor") }
+func ExecutorDir(cfg *config.Config) string  { return filepath.Join(cfg.State.Dir, "executor") }
 
 // Projections builds the configured projections with their declarative rules.
 func Projections(cfg *config.Config) ([]*projection.Projection, error) {
@@ -137,18 +161,32 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 		a.Brokers = []string{a.Embedded.Addr()}
 		log.Info("embedded broker started (single node, for development and demos)", "addr", a.Embedded.Addr(), "dir", eb.Dir)
 	}
-	if err := os.MkdirAll(cfg.State.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", cfg.State.Dir, err)
+	if o.Role == "" {
+		o.Role = RoleAll
 	}
-	a.Store, err = state.Open(cfg.State.Dir, state.Options{CacheBytes: int64(cfg.State.CacheSize)})
-	if err != nil {
-		return nil, err
+	if o.Role != RoleExecutor {
+		if err := a.newProcessor(cfg, o, projs, copts); err != nil {
+			return nil, err
+		}
+	}
+	if o.Role != RoleProcessor && o.Mode == processor.Live && len(cfg.SideEffects) > 0 {
+		if err := a.newExecutor(cfg, o, copts); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Projection, copts []kgo.Opt) error {
+	var err error
+	if a.Store, err = openStore(ProcessorDir(cfg), cfg); err != nil {
+		return err
 	}
 	policy, err := projection.ParsePolicy(cfg.Gaps.OnTimeout)
 	if err != nil {
-		return nil, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
+		return &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
-	a.Processor, err = processor.New(processor.Config{
+	pc := processor.Config{
 		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
 		Inputs: cfg.Kafka.Input, DeadLetterTopic: cfg.Kafka.DeadLetterTopic, EffectsTopic: cfg.Kafka.EffectsTopic,
 		Partitions:  int32(cfg.Kafka.EmbeddedBroker.Partitions),
@@ -156,25 +194,75 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
 		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
-		Mode: o.Mode, Logger: log, Hooks: o.Hooks,
-	})
-	if err != nil {
-		return nil, err
+		Mode: o.Mode, Logger: a.Logger, Hooks: o.Hooks,
 	}
-	return a, nil
+	if len(cfg.SideEffects) > 0 {
+		rules, err := sideeffects.NewRules(cfg.SideEffects)
+		if err != nil {
+			return &config.Error{Key: "sideEffects", Msg: err.Error()}
+		}
+		pc.EffectRules = rules
+	}
+	a.Processor, err = processor.New(pc)
+	return err
 }
 
-// Run runs the processor until ctx is done (nil) or it fails.
+func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error {
+	var err error
+	if a.ExecutorStore, err = openStore(ExecutorDir(cfg), cfg); err != nil {
+		return err
+	}
+	a.Executor, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
+		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
+		EffectsTopic: cfg.Kafka.EffectsTopic, DeadLetterTopic: cfg.Kafka.DeadLetterTopic,
+		Store: a.ExecutorStore, Effects: sideeffects.EffectsFromConfig(cfg.SideEffects),
+		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
+		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), Logger: a.Logger.With("component", "executor"),
+		Hooks: o.ExecutorHooks,
+	})
+	return err
+}
+
+func openStore(dir string, cfg *config.Config) (*state.Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	return state.Open(dir, state.Options{CacheBytes: int64(cfg.State.CacheSize)})
+}
+
+// Run runs the processor and the executor (whichever this role has) until
+// ctx is done (nil) or one of them fails, which stops the other.
 func (a *App) Run(ctx context.Context) error {
-	return a.Processor.Run(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	if a.Processor != nil {
+		wg.Go(func() {
+			if errs[0] = a.Processor.Run(ctx); errs[0] != nil {
+				cancel()
+			}
+		})
+	}
+	if a.Executor != nil {
+		wg.Go(func() {
+			if errs[1] = a.Executor.Run(ctx); errs[1] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Close stops what New started. It is idempotent.
 func (a *App) Close() error {
 	var errs []error
-	if a.Store != nil {
-		errs = append(errs, a.Store.Close())
-		a.Store = nil
+	for _, st := range []**state.Store{&a.Store, &a.ExecutorStore} {
+		if *st != nil {
+			errs = append(errs, (*st).Close())
+			*st = nil
+		}
 	}
 	if a.Embedded != nil {
 		a.Embedded.Close()

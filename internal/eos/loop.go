@@ -292,10 +292,22 @@ func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
 // Batch is one transaction's work: the staged state, the records to produce
 // and what to do once it commits.
 type Batch struct {
-	Txn  *state.Txn
-	Now  time.Time
-	recs []*kgo.Record
-	dlq  string
+	Txn     *state.Txn
+	Now     time.Time
+	recs    []*kgo.Record
+	dlq     string
+	onAbort []func()
+}
+
+// OnAbort registers fn to run if the transaction does not commit (aborted,
+// failed, or the loop stopped with it open).
+func (b *Batch) OnAbort(fn func()) { b.onAbort = append(b.onAbort, fn) }
+
+func (b *Batch) aborted() {
+	for _, fn := range b.onAbort {
+		fn()
+	}
+	b.onAbort = nil
 }
 
 // Produce adds a record to the transaction.

@@ -23,6 +23,12 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 		return fmt.Errorf("eos: begin transaction: %w", err)
 	}
 	b := &Batch{Txn: l.cfg.Store.NewTxn(), Now: now, dlq: l.cfg.DeadLetterTopic}
+	written := false // Kafka committed and Pebble written
+	defer func() {
+		if !written {
+			b.aborted()
+		}
+	}()
 	err := l.h.Begin(b)
 	if err == nil {
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -115,6 +121,7 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 		// changelog restores what is missing (invariant 2).
 		return fmt.Errorf("eos: state commit after Kafka commit: %w", err)
 	}
+	written = true
 	l.stats.addTxn("committed", time.Since(start))
 	return nil
 }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/projector-dev/projector/internal/bench"
+)
+
+// runBench is `projector bench`: the transport floor and the full pipeline on
+// the same generated events, on one broker, in one process.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := bench.Defaults()
+	o := d
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	fs.IntVar(&o.Events, "events", d.Events, "unique valid events to generate")
+	fs.IntVar(&o.Aggregates, "aggregates", d.Aggregates, "aggregates the events are spread over")
+	fs.Float64Var(&o.Duplicates, "duplicates", d.Duplicates, "re-delivered copies, as a share of --events")
+	fs.Float64Var(&o.Reorder, "reorder", d.Reorder, "events swapped with their next version, as a share of --events")
+	fs.Float64Var(&o.LateGaps, "late-gaps", d.LateGaps, "events moved ~2000 records later (gaps filled late), as a share of --events")
+	fs.Float64Var(&o.Stale, "stale", d.Stale, "stale writers (new id, old version), as a share of --events")
+	fs.Float64Var(&o.Conflicts, "conflicts", d.Conflicts, "reused event ids with another payload, as a share of --events")
+	fs.Float64Var(&o.Invalid, "invalid", d.Invalid, "malformed records, as a share of --events")
+	fs.Uint64Var(&o.Seed, "seed", d.Seed, "workload seed")
+	fs.IntVar(&o.Partitions, "partitions", d.Partitions, "input topic partitions")
+	fs.IntVar(&o.Batch, "batch", d.Batch, "max records per transaction (both phases)")
+	fs.IntVar(&o.Runs, "runs", d.Runs, "repetitions of floor + pipeline; the median ratio is reported")
+	fs.IntVar(&o.Chunk, "chunk", d.Chunk, "events generated at a time: larger workloads are generated in chunks of disjoint aggregates to bound memory")
+	brokers := fs.String("brokers", "", "comma-separated brokers of an external cluster (default: the embedded broker in this process)")
+	fs.StringVar(&o.Dir, "dir", "", "directory for the embedded broker's log and the state stores (default: a temporary one, removed at the end)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first run's pipeline phase to this file")
+	logLevel := fs.String("log-level", "warn", "log level of the processor: debug, info, warn, error")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := parse(fs, args, stdout, "  projector bench\n  projector bench --runs 3\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
+		return err
+	}
+	if *brokers != "" {
+		for _, b := range strings.Split(*brokers, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				o.Brokers = append(o.Brokers, b)
+			}
+		}
+	}
+	if err := positive(fs, "events", "aggregates", "partitions", "batch", "runs", "chunk"); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return usageError{"bench: " + err.Error()}
+	}
+	cf := commonFlags{logLevel: *logLevel, logFormat: "text"}
+	log, err := cf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	o.Logger = log
+	if !*quiet {
+		o.Progress = stderr
+	}
+	res, err := bench.Execute(ctx, o)
+	if err != nil {
+		return err
+	}
+	res.Print(stdout)
+	return res.Err()
+}
+
+// positive checks that the named int flags are > 0.
+func positive(fs *pflag.FlagSet, names ...string) error {
+	for _, n := range names {
+		v, err := fs.GetInt(n)
+		if err != nil {
+			return err
+		}
+		if v <= 0 {
+			return usageError{fmt.Sprintf("bench: --%s must be positive, got %d", n, v)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,440 @@
+package sideeffects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/state"
+)
+
+// HeaderCommand marks a record on the effects topic that is an operator
+// command rather than an intent; its value is a Command.
+const HeaderCommand = "projector-command"
+
+// Command is an operator's instruction for one key, sent through the effects
+// topic so that it is applied by the partition's owner inside its own
+// transaction, whether or not the executor is running when it is sent.
+type Command struct {
+	Op   string `json:"op"` // "resolve"
+	As   string `json:"as"` // succeeded | failed
+	Note string `json:"note,omitempty"`
+}
+
+// ErrRevoked is returned to a Runner whose partition was revoked.
+var ErrRevoked = errors.New("sideeffects: partition revoked")
+
+// WorkerConfig configures the executor worker.
+type WorkerConfig struct {
+	Name, InstanceID string
+	Brokers          []string
+	ClientOpts       []kgo.Opt
+	EffectsTopic     string
+	DeadLetterTopic  string
+	Store            *state.Store
+	Effects          map[string]Effect
+	// Workers bounds concurrent calls per owned partition.
+	Workers            int
+	MaxRecordsPerTxn   int
+	TransactionTimeout time.Duration
+	SessionTimeout     time.Duration
+	Partitions         int32
+	Logger             *slog.Logger
+	Now                func() time.Time
+	// OnChange is called after every committed ledger transition.
+	OnChange func(Entry)
+	Hooks    *eos.Hooks
+}
+
+// Group is the executor's consumer group.
+func (c *WorkerConfig) Group() string { return c.Name + "-executor" }
+
+// ChangelogTopic is the ledger's changelog for the effects topic.
+func ChangelogTopic(name, effectsTopic string) string {
+	return name + "-executor." + effectsTopic + ".changelog"
+}
+
+// Worker is the side-effect executor: it consumes intents from the effects
+// topic into the keyed ledger (inside exactly-once transactions, with the
+// ledger's own changelog) and runs one Runner per owned partition. Every
+// ledger transition a Runner makes — in-flight before the call above all —
+// is committed through the same loop before the Runner goes on.
+type Worker struct {
+	cfg  WorkerConfig
+	loop *eos.Loop
+
+	mu       sync.Mutex
+	requests []*request
+
+	runnersWG sync.WaitGroup
+	runCtx    context.Context
+	stats     *WorkerStats
+}
+
+// WorkerStats counts what the worker committed.
+type WorkerStats struct {
+	*eos.Stats
+	mu   sync.Mutex
+	byES map[[2]string]int64 // (effect, status)
+}
+
+// Effects returns the count of committed transitions into status.
+func (s *WorkerStats) Effects(effect, status string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byES[[2]string{effect, status}]
+}
+
+func (s *WorkerStats) add(effect, status string) {
+	s.mu.Lock()
+	s.byES[[2]string{effect, status}]++
+	s.mu.Unlock()
+}
+
+// request is one Runner Update waiting for the loop.
+type request struct {
+	task  *eos.Task
+	fn    func(*Ledger) error
+	reply chan error
+}
+
+type workerTask struct {
+	runner *Runner
+	cancel context.CancelFunc
+	done   chan struct{}
+	ledger []byte // ledger prefix (the task prefix)
+}
+
+// NewWorker validates cfg and returns a worker; call Run once.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if cfg.Name == "" || cfg.InstanceID == "" || len(cfg.Brokers) == 0 || cfg.EffectsTopic == "" || cfg.Store == nil {
+		return nil, errors.New("sideeffects: worker needs Name, InstanceID, Brokers, EffectsTopic and Store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxRecordsPerTxn <= 0 {
+		cfg.MaxRecordsPerTxn = 1000
+	}
+	if cfg.TransactionTimeout <= 0 {
+		cfg.TransactionTimeout = 40 * time.Second
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 45 * time.Second
+	}
+	w := &Worker{cfg: cfg, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}}}
+	w.loop = eos.New(eos.Config{
+		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID,
+		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
+		Inputs:          []string{cfg.EffectsTopic},
+		ChangelogOf:     func(in string) string { return ChangelogTopic(cfg.Name, in) },
+		DeadLetterTopic: cfg.DeadLetterTopic, Partitions: cfg.Partitions,
+		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn,
+		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
+		Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks, Stats: w.stats.Stats,
+	}, (*workerHandler)(w))
+	return w, nil
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() *WorkerStats { return w.stats }
+
+// Run consumes intents and executes them until ctx is done. On shutdown the
+// runners stop first, so that calls in progress are recorded through the
+// still-running loop, then the loop stops.
+func (w *Worker) Run(ctx context.Context) error {
+	runnersCtx, stopRunners := context.WithCancel(context.Background())
+	w.runCtx = runnersCtx
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.loop.Run(loopCtx) }()
+	w.cfg.Logger.Info("side-effect executor started", "group", w.cfg.Group(), "effectsTopic", w.cfg.EffectsTopic)
+	var err error
+	select {
+	case err = <-errc:
+		stopRunners()
+		stopLoop()
+		w.failRequests(errors.New("sideeffects: executor loop stopped"))
+		w.runnersWG.Wait()
+		return err
+	case <-ctx.Done():
+	}
+	stopRunners()
+	waited := make(chan struct{})
+	go func() { w.runnersWG.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case err = <-errc:
+		w.failRequests(errors.New("sideeffects: executor loop stopped"))
+		<-waited
+		stopLoop()
+		return err
+	}
+	stopLoop()
+	err = <-errc
+	w.failRequests(errors.New("sideeffects: executor loop stopped"))
+	return err
+}
+
+func (w *Worker) failRequests(err error) {
+	w.mu.Lock()
+	reqs := w.requests
+	w.requests = nil
+	w.mu.Unlock()
+	for _, r := range reqs {
+		r.reply <- err
+	}
+}
+
+// workerHandler is the worker as an eos.Handler.
+type workerHandler Worker
+
+func (h *workerHandler) Restored(t *eos.Task) error {
+	w := (*Worker)(h)
+	if t.Data != nil {
+		return nil // restored again after an abort: the runner keeps going
+	}
+	ctx, cancel := context.WithCancel(w.runCtx)
+	wt := &workerTask{cancel: cancel, done: make(chan struct{}), ledger: t.Prefix}
+	r, err := NewRunner(RunnerConfig{
+		Store: &taskStore{w: w, task: t}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
+		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
+		OnChange: func(e Entry) {
+			w.stats.add(e.Effect, e.Status.String())
+			if w.cfg.OnChange != nil {
+				w.cfg.OnChange(e)
+			}
+		},
+	})
+	if err != nil {
+		cancel()
+		return err
+	}
+	wt.runner = r
+	t.Data = wt
+	w.runnersWG.Add(1)
+	go func() {
+		defer w.runnersWG.Done()
+		defer close(wt.done)
+		if err := r.Run(ctx); err != nil && !errors.Is(err, ErrRevoked) && ctx.Err() == nil {
+			w.cfg.Logger.Error("side-effect runner stopped", "partition", t.ID.Partition, "err", err)
+		}
+	}()
+	return nil
+}
+
+func (h *workerHandler) Revoked(t *eos.Task) {
+	if wt, ok := t.Data.(*workerTask); ok {
+		wt.cancel()
+	}
+	w := (*Worker)(h)
+	// Updates still queued for this task can no longer be committed by us.
+	w.mu.Lock()
+	keep := w.requests[:0]
+	var drop []*request
+	for _, r := range w.requests {
+		if r.task == t {
+			drop = append(drop, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	w.requests = keep
+	w.mu.Unlock()
+	for _, r := range drop {
+		r.reply <- ErrRevoked
+	}
+}
+
+func (h *workerHandler) Due(time.Time) bool {
+	w := (*Worker)(h)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.requests) > 0
+}
+
+// Begin applies the Runners' queued ledger updates, each in its own overlay
+// so that a failing one leaves nothing behind; their callers are answered
+// once the transaction commits.
+func (h *workerHandler) Begin(b *eos.Batch) error {
+	w := (*Worker)(h)
+	w.mu.Lock()
+	reqs := w.requests
+	w.requests = nil
+	w.mu.Unlock()
+	var ok []*request
+	for _, r := range reqs {
+		ov := newOverlay(b.Txn)
+		if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
+			r.reply <- err
+			continue
+		}
+		ov.merge()
+		ok = append(ok, r)
+	}
+	if len(ok) > 0 {
+		b.OnCommit(func() {
+			for _, r := range ok {
+				r.reply <- nil
+			}
+		})
+		b.OnAbort(func() {
+			for _, r := range ok {
+				r.reply <- errors.New("sideeffects: ledger transaction aborted")
+			}
+		})
+	}
+	return nil
+}
+
+// Process offers one intent (or applies one operator command).
+func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
+	w := (*Worker)(h)
+	l := NewLedger(b.Txn, t.Prefix)
+	wt, _ := t.Data.(*workerTask)
+	for _, hd := range r.Headers {
+		if hd.Key == HeaderCommand {
+			return w.command(b, t, l, r)
+		}
+	}
+	in, err := ParseIntent(r.Value)
+	if err != nil {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", err.Error())
+		return nil
+	}
+	e, dup, err := l.Offer(in, b.Now)
+	if err != nil {
+		var te *TransitionError
+		if errors.As(err, &te) || errors.Is(err, ErrBadIntent) {
+			b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", err.Error())
+			return nil
+		}
+		return err
+	}
+	if dup {
+		b.OnCommit(func() { w.stats.add(in.Effect, "duplicate") })
+		return nil
+	}
+	b.OnCommit(func() {
+		w.stats.add(e.Effect, "pending")
+		if wt != nil {
+			wt.runner.Enqueue(e.Key)
+		}
+	})
+	return nil
+}
+
+func (w *Worker) command(b *eos.Batch, t *eos.Task, l *Ledger, r *kgo.Record) error {
+	var c Command
+	if err := json.Unmarshal(r.Value, &c); err != nil || c.Op != "resolve" {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad command: %s", r.Value))
+		return nil
+	}
+	as, err := ParseStatus(c.As)
+	if err != nil {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", err.Error())
+		return nil
+	}
+	ov := newOverlay(b.Txn)
+	e, err := NewLedger(ov, t.Prefix).Resolve(string(r.Key), as, c.Note, b.Now)
+	if err != nil {
+		// Not unknown (or no such key): the command is refused, recorded.
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", "resolve refused: "+err.Error())
+		return nil
+	}
+	ov.merge()
+	b.OnCommit(func() {
+		w.stats.add(e.Effect, "resolved")
+		w.cfg.Logger.Info("side effect resolved by operator", "key", e.Key, "as", c.As, "note", c.Note)
+	})
+	_ = l
+	return nil
+}
+
+// taskStore is a Runner's Store: updates go through the worker's loop.
+type taskStore struct {
+	w    *Worker
+	task *eos.Task
+}
+
+func (s *taskStore) Update(fn func(*Ledger) error) error {
+	r := &request{task: s.task, fn: fn, reply: make(chan error, 1)}
+	s.w.mu.Lock()
+	s.w.requests = append(s.w.requests, r)
+	s.w.mu.Unlock()
+	return <-r.reply
+}
+
+func (s *taskStore) View(fn func(*Ledger) error) error {
+	return fn(NewLedger(readOnly{s.w.cfg.Store}, s.task.Prefix))
+}
+
+// readOnly reads committed state straight from Pebble.
+type readOnly struct{ s *state.Store }
+
+func (r readOnly) Get(k []byte) ([]byte, bool, error) { return r.s.Get(k) }
+func (readOnly) Set(_, _ []byte)                      { panic("sideeffects: View must not write") }
+func (r readOnly) Scan(p []byte, fn func(k, v []byte) error) error {
+	return r.s.Scan(p, fn)
+}
+
+// overlay stages one update on top of the transaction so that a failing
+// update can be dropped whole.
+type overlay struct {
+	parent *state.Txn
+	writes map[string][]byte
+}
+
+func newOverlay(p *state.Txn) *overlay { return &overlay{parent: p, writes: map[string][]byte{}} }
+
+func (o *overlay) Get(k []byte) ([]byte, bool, error) {
+	if v, ok := o.writes[string(k)]; ok {
+		return v, true, nil
+	}
+	return o.parent.Get(k)
+}
+
+func (o *overlay) Set(k, v []byte) { o.writes[string(k)] = v }
+
+func (o *overlay) Scan(prefix []byte, fn func(k, v []byte) error) error {
+	merged := map[string][]byte{}
+	if err := o.parent.Scan(prefix, func(k, v []byte) error {
+		merged[string(k)] = append([]byte(nil), v...)
+		return nil
+	}); err != nil {
+		return err
+	}
+	for k, v := range o.writes {
+		if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) {
+			merged[k] = v
+		}
+	}
+	keys := make([]string, 0, len(merged))
+	for k := range merged {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := fn([]byte(k), merged[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *overlay) merge() {
+	for k, v := range o.writes {
+		o.parent.Set([]byte(k), v)
+	}
+}
