@@ -115,7 +115,6 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		}
 		p.tally.addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, e.task, g, e.key.aggregate, step)
-		p.trackGap(b, e.task, e.key, step)
 		p.cfg.Logger.Info("gap timed out", "projection", g.P.Name, "aggregate", e.key.aggregate,
 			"policy", p.cfg.GapPolicy, "applied", len(step.Changes), "deadLettered", len(step.Dropped))
 	}

@@ -44,7 +44,7 @@ func New(cfg Config) (*Processor, error) {
 	}
 	p := &Processor{cfg: cfg, stats: newStats()}
 	for _, pr := range cfg.Projections {
-		p.guards = append(p.guards, &projection.Guard{P: pr, MaxHeld: cfg.MaxHeld})
+		p.guards = append(p.guards, &projection.Guard{P: pr, MaxHeld: cfg.MaxHeld, MaxRecordBytes: cfg.MaxRecordBytes})
 	}
 	var outputs []eos.TopicSpec
 	for _, pr := range cfg.Projections {

@@ -9,8 +9,9 @@ import (
 )
 
 // Outcomes lists every outcome label, in the contract's order, plus "failed"
-// (handler error or held limit: dead-lettered).
-var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "failed"}
+// (handler error or held limit: dead-lettered) and "filtered" (a new event no
+// projection accepts; counted under projection "").
+var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "failed", "filtered"}
 
 // tally counts one transaction's outcomes; it is published only on commit, so
 // records processed again after an abort are not counted twice.

@@ -70,6 +70,10 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		}
 	}
 	p.cfg.Dedup.Mark(b.Txn, t.Prefix, id, fp, b.Now)
+	if len(matched) == 0 {
+		tl.add("", "filtered") // no projection takes this aggregate type
+		return nil
+	}
 	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
 	for _, g := range matched {
 		step, err := g.Offer(b.Txn, t.Prefix, &ev, src, b.Now)

@@ -82,6 +82,10 @@ type Step struct {
 type Guard struct {
 	P       *Projection
 	MaxHeld int64
+	// MaxRecordBytes is the envelope size limit used when held events are
+	// decoded again (0: the envelope default); it must match the limit the
+	// processor accepted them under.
+	MaxRecordBytes int
 }
 
 // aggState is the stored per-aggregate record.
@@ -348,12 +352,14 @@ func (g *Guard) drain(kv KV, hp []byte, st *aggState, step *Step, now time.Time)
 func (g *Guard) applyHeld(st *aggState, stored []byte, step *Step) bool {
 	_, src, err := DecodeHeld(stored)
 	if err != nil {
-		step.Failures = append(step.Failures, Failure{Err: fmt.Errorf("projection %s: held event: %w", g.P.Name, err)})
+		// Dead-letter the stored bytes rather than lose them.
+		step.Failures = append(step.Failures, Failure{Source: Source{Offset: -1, Value: append([]byte(nil), stored...)},
+			Err: fmt.Errorf("projection %s: held event: %w", g.P.Name, err)})
 		return false
 	}
 	src.Key = append([]byte(nil), src.Key...)
 	src.Value = append([]byte(nil), src.Value...)
-	ev, err := envelope.Decode(src.Value, 0)
+	ev, err := envelope.Decode(src.Value, g.MaxRecordBytes)
 	if err != nil {
 		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
 		return false
@@ -421,6 +427,19 @@ func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now
 	if err != nil {
 		return step, err
 	}
+	// Reconcile with what is really held: entries at or below the current
+	// version can only be leftovers (a deletion lost to changelog compaction
+	// while this instance was away); they must never move the guard back.
+	live := all[:0]
+	for _, h := range all {
+		if h.version <= st.version {
+			kv.Delete(h.key)
+			continue
+		}
+		live = append(live, h)
+	}
+	all = live
+	st.heldCount = int64(len(all))
 	switch p {
 	case DeadLetter:
 		for _, h := range all {
@@ -428,9 +447,12 @@ func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now
 			if _, src, err := DecodeHeld(h.val); err == nil {
 				step.Dropped = append(step.Dropped, Source{Offset: src.Offset,
 					Key: append([]byte(nil), src.Key...), Value: append([]byte(nil), src.Value...)})
+			} else {
+				step.Failures = append(step.Failures, Failure{Source: Source{Offset: -1, Value: h.val},
+					Err: fmt.Errorf("projection %s: held event: %w", g.P.Name, err)})
 			}
 		}
-		st.heldCount, st.heldSince = 0, 0
+		st.heldCount = 0
 	case Skip:
 		if len(all) > 0 {
 			h := all[0]
@@ -441,13 +463,15 @@ func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now
 				if err := g.drain(kv, hp, &st, &step, now); err != nil {
 					return step, err
 				}
-			} else if st.heldCount > 0 {
-				st.heldSince = now.UnixMilli()
-			}
-			if st.heldCount == 0 {
-				st.heldSince = 0
 			}
 		}
+	}
+	// Whatever is still held waits behind a new gap, which opens now: the
+	// next skip needs its own full hold timeout.
+	if st.heldCount > 0 {
+		st.heldSince = now.UnixMilli()
+	} else {
+		st.heldSince = 0
 	}
 	kv.Set(key, st.encode())
 	step.HeldCount = st.heldCount

@@ -100,7 +100,17 @@ type Loop struct {
 
 	tasks map[state.Task]*Task // owned by the loop goroutine
 	stats *Stats
+	sess  *kgo.GroupTransactSession
+	// needReset: a revoke arrived since the last End (see resetSession).
+	needReset bool
+	// produceAborts counts consecutive transactions aborted by a produce
+	// error; a record the broker will never take must not loop forever.
+	produceAborts int
 }
+
+// maxProduceAborts is how many transactions in a row may abort on produce
+// errors before Run gives up with the error.
+const maxProduceAborts = 5
 
 // New returns a loop; call Run once.
 func New(cfg Config, h Handler) *Loop {
@@ -117,13 +127,46 @@ func New(cfg Config, h Handler) *Loop {
 		tasks: map[state.Task]*Task{}, stats: cfg.Stats}
 }
 
-// Tasks calls fn for every owned, restored task.
+// Tasks calls fn for every owned, restored task. Ownership is confirmed
+// against the client's own offsets as well as the callbacks: franz-go's
+// transact session forwards only the first revoke until the next End, so a
+// task the callbacks still list may already be gone (the client deletes lost
+// partitions from its offsets).
 func (l *Loop) Tasks(fn func(*Task)) {
-	for _, t := range l.tasks {
-		if t.verified {
+	var owned map[string]map[int32]kgo.EpochOffset
+	var committed map[string]map[int32]kgo.EpochOffset
+	if l.sess != nil {
+		owned, committed = l.sess.Client().UncommittedOffsets(), l.sess.Client().CommittedOffsets()
+	}
+	for id, t := range l.tasks {
+		if !t.verified {
+			continue
+		}
+		_, a := owned[id.Topic][id.Partition]
+		_, b := committed[id.Topic][id.Partition]
+		if a || b {
 			fn(t)
 		}
 	}
+}
+
+// resetSession ends an empty transaction so that the session clears its
+// revoked flag and forwards the next revoke to our callback (see Tasks).
+func (l *Loop) resetSession() {
+	if l.sess == nil {
+		return
+	}
+	if err := l.sess.Begin(); err != nil {
+		l.cfg.Logger.Debug("reset session: begin", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TransactionTimeout)
+	defer cancel()
+	if _, err := l.sess.End(ctx, kgo.TryAbort); err != nil {
+		l.cfg.Logger.Debug("reset session: end", "err", err)
+		return
+	}
+	l.needReset = false
 }
 
 func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
@@ -163,6 +206,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		return fmt.Errorf("eos: session: %w", err)
 	}
 	defer sess.Close()
+	l.sess = sess
 	rc, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(l.cfg.Brokers...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -184,6 +228,11 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		if err := l.syncAssignment(ctx, r); err != nil {
 			return l.stopping(ctx, err)
+		}
+		if l.needReset {
+			// No records are in hand here: an empty abort cannot rewind
+			// anything we are about to process.
+			l.resetSession()
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		fetches := sess.PollRecords(pollCtx, l.cfg.MaxRecordsPerTxn)

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,6 +26,9 @@ func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
 		}
 		l.stats.setAssigned(id, false)
 	}
+	if len(revoked) > 0 {
+		l.needReset = true
+	}
 	if len(pending) == 0 {
 		return nil
 	}
@@ -38,7 +42,8 @@ func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
 		l.stats.setAssigned(id, true)
 		ts = append(ts, t)
 	}
-	return r.restore(ctx, ts)
+	l.stats.setReady(false)
+	return r.restore(ctx, ts, false)
 }
 
 // verify restores, once per assignment, every task whose records arrived (the
@@ -63,7 +68,7 @@ func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) err
 	if len(ts) == 0 {
 		return nil
 	}
-	if err := r.restore(ctx, ts); err != nil {
+	if err := r.restore(ctx, ts, true); err != nil {
 		return err
 	}
 	for _, t := range ts {
@@ -90,9 +95,16 @@ type restorer struct {
 
 const restoreChunk = 10000
 
+// restoreStall is how long a restore may see no changelog record before it
+// gives up with an error.
+const restoreStall = 30 * time.Second
+
 // restore brings each task's Pebble state up to its changelog partition's last
-// stable offset, then lets the handler rebuild its in-memory state.
-func (r *restorer) restore(ctx context.Context, ts []*Task) error {
+// stable offset, then lets the handler rebuild its in-memory state. With
+// settle, it first waits (up to the transaction timeout) for the last stable
+// offset to reach the high watermark seen at the start, so that a zombie's
+// open transaction cannot hide transactions committed after it by others.
+func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 	l := r.l
 	byTopic := make(map[string][]*Task)
 	for _, t := range ts {
@@ -101,16 +113,24 @@ func (r *restorer) restore(ctx context.Context, ts []*Task) error {
 	}
 	adm := kadm.NewClient(r.cl)
 	for topic, tasks := range byTopic {
-		ends, err := adm.ListCommittedOffsets(ctx, topic)
+		hwms, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hwms.Error()
+		}
 		if err != nil {
-			return fmt.Errorf("eos: restore: list offsets of %s: %w", topic, err)
+			return fmt.Errorf("eos: restore: list end offsets of %s: %w", topic, err)
+		}
+		lsos, err := r.stableOffsets(ctx, adm, topic, hwms, settle)
+		if err != nil {
+			return err
 		}
 		for _, t := range tasks {
-			lo, ok := ends.Lookup(topic, t.ID.Partition)
-			if !ok || lo.Err != nil {
+			lo, ok := lsos.Lookup(topic, t.ID.Partition)
+			hw, ok2 := hwms.Lookup(topic, t.ID.Partition)
+			if !ok || !ok2 || lo.Err != nil {
 				return fmt.Errorf("eos: restore %s: changelog partition %s/%d: %v", t.ID, topic, t.ID.Partition, lo.Err)
 			}
-			if err := r.restoreTask(ctx, t.ID, topic, lo.Offset); err != nil {
+			if err := r.restoreTask(ctx, t.ID, topic, lo.Offset, hw.Offset); err != nil {
 				return err
 			}
 			if err := l.h.Restored(t); err != nil {
@@ -121,103 +141,121 @@ func (r *restorer) restore(ctx context.Context, ts []*Task) error {
 	return nil
 }
 
-func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end int64) error {
+// stableOffsets lists the last stable offsets of topic; with settle it waits
+// until each has reached the high watermark in hwms, for at most the
+// transaction timeout (the broker aborts any transaction older than that).
+func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic string, hwms kadm.ListedOffsets, settle bool) (kadm.ListedOffsets, error) {
+	deadline := time.Now().Add(r.l.cfg.TransactionTimeout + 5*time.Second)
+	for {
+		lsos, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = lsos.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("eos: restore: list stable offsets of %s: %w", topic, err)
+		}
+		behind := false
+		lsos.Each(func(o kadm.ListedOffset) {
+			if hw, ok := hwms.Lookup(topic, o.Partition); ok && o.Offset < hw.Offset {
+				behind = true
+			}
+		})
+		if !settle || !behind || time.Now().After(deadline) {
+			if behind && settle {
+				r.l.cfg.Logger.Warn("a transaction on the changelog stayed open past the transaction timeout; restoring to its last stable offset", "topic", topic)
+			}
+			return lsos, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end, hwm int64) error {
 	p := r.l
 	st := p.cfg.Store
 	from, err := st.ChangelogOffset(id)
 	if err != nil {
 		return err
 	}
-	if from > end {
-		// The changelog is behind our cache: it was recreated. The changelog
-		// is the truth, so drop the task's local state and start over.
-		p.cfg.Logger.Warn("local state is ahead of the changelog; discarding it", "task", id.String(), "stored", from, "changelog", end)
-		pre := id.Prefix()
-		if err := st.DeleteRange(pre, prefixEnd(pre)); err != nil {
+	if from > hwm {
+		// Our cache reflects offsets the changelog does not have: it was
+		// deleted and recreated. The changelog is the truth, so drop the
+		// task's local state (atomically with its offset) and start over.
+		// (A stored offset above the last stable offset but within the high
+		// watermark is normal: another producer's open transaction holds the
+		// last stable offset back.)
+		p.cfg.Logger.Warn("local state is ahead of the changelog; discarding it", "task", id.String(), "stored", from, "changelogEnd", hwm)
+		if err := st.Reset(id); err != nil {
 			return err
 		}
 		from = 0
-		if err := st.Restore(id, nil, 0); err != nil {
-			return err
-		}
+	}
+	if from >= end {
+		return nil
 	}
 	start := time.Now()
 	n := 0
-	if from < end {
-		r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
-		defer r.cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
-		next := from
-		var chunk []state.Record
-		now := p.cfg.Now()
-		idle := 0
-		for next < end {
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			fs := r.cl.PollRecords(pctx, restoreChunk)
-			cancel()
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			got := 0
-			var ferr error
-			fs.EachError(func(_ string, _ int32, err error) {
-				if ctx.Err() == nil && err != context.DeadlineExceeded {
-					ferr = err
-				}
-			})
-			if ferr != nil {
-				return fmt.Errorf("eos: restore %s: %w", id, ferr)
-			}
-			fs.EachRecord(func(rec *kgo.Record) {
-				if rec.Topic != topic || rec.Partition != id.Partition || rec.Offset < next {
-					return
-				}
-				got++
-				next = rec.Offset + 1
-				if rec.Attrs.IsControl() {
-					return
-				}
-				if p.cfg.Expired != nil && p.cfg.Expired(rec.Key, now) {
-					return
-				}
-				chunk = append(chunk, state.Record{Key: rec.Key, Value: rec.Value})
-				n++
-			})
-			if len(chunk) >= restoreChunk || (next >= end && len(chunk) > 0) || got > 0 {
-				if err := st.Restore(id, chunk, next); err != nil {
-					return err
-				}
-				p.stats.addRestored(len(chunk))
-				chunk = chunk[:0]
-			}
-			if got == 0 {
-				idle++
-				// Compaction may remove the trailing records of a range
-				// (kfake keeps transaction markers; a real cluster may not).
-				if idle >= 5 {
-					p.cfg.Logger.Warn("restore saw no records before the end offset; taking the partition as restored", "task", id.String(), "at", next, "end", end)
-					if err := st.Restore(id, nil, end); err != nil {
-						return err
-					}
-					break
-				}
-				continue
-			}
-			idle = 0
+	r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
+	defer r.cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
+	next := from
+	var chunk []state.Record
+	now := p.cfg.Now()
+	lastProgress := time.Now()
+	for next < end {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := r.cl.PollRecords(pctx, restoreChunk)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				ferr = err
+			}
+		})
+		if ferr != nil {
+			return fmt.Errorf("eos: restore %s: %w", id, ferr)
+		}
+		got := 0
+		fs.EachRecord(func(rec *kgo.Record) {
+			if rec.Topic != topic || rec.Partition != id.Partition || rec.Offset < next {
+				return
+			}
+			got++
+			next = rec.Offset + 1
+			if rec.Attrs.IsControl() {
+				return
+			}
+			if p.cfg.Expired != nil && p.cfg.Expired(rec.Key, now) {
+				return
+			}
+			chunk = append(chunk, state.Record{Key: rec.Key, Value: rec.Value})
+			n++
+		})
+		if got == 0 {
+			// Every transaction ends with a marker the restore client keeps,
+			// so the range up to the last stable offset always has a last
+			// record to read. Silence means the broker is not serving it:
+			// fail loudly rather than call a partial restore complete.
+			if time.Since(lastProgress) > restoreStall {
+				return fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, next, end, restoreStall)
+			}
+			continue
+		}
+		lastProgress = time.Now()
+		if err := st.Restore(id, chunk, next); err != nil {
+			return err
+		}
+		p.stats.addRestored(len(chunk))
+		chunk = chunk[:0]
 	}
 	if n > 0 {
 		p.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
-	}
-	return nil
-}
-
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		end[i]++
-		if end[i] != 0 {
-			return end[:i+1]
-		}
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ const endTimeoutHeadroom = 10 * time.Second
 // handler's due work. It returns an error only when the loop must stop.
 func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now time.Time) error {
 	start := time.Now()
+	l.needReset = false // this transaction's End clears the session's flag
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("eos: begin transaction: %w", err)
 	}
@@ -49,6 +50,7 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 	if err != nil {
 		// A state read failed (Pebble error): abort and stop; nothing is lost.
 		l.abort(sess)
+		l.stats.addTxn("aborted", time.Since(start))
 		return err
 	}
 	l.stageChangelog(b)
@@ -89,8 +91,12 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 		}
 		l.stats.addTxn("aborted", time.Since(start))
 		l.invalidate()
+		if l.produceAborts++; l.produceAborts >= maxProduceAborts {
+			return fmt.Errorf("eos: %d transactions in a row failed to produce; last error: %w", l.produceAborts, perr)
+		}
 		return nil
 	}
+	l.produceAborts = 0
 	if h := l.cfg.Hooks; h != nil && h.AfterStage != nil {
 		if err := h.AfterStage(); err != nil {
 			return err

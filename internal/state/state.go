@@ -199,8 +199,34 @@ func (s *Store) DeleteRange(start, end []byte) error {
 	return nil
 }
 
-// Metrics exposes Pebble's metrics for the metrics exporter.
-func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+// Reset deletes every key of the task and its changelog offset in one synced
+// batch: used when the changelog was recreated and local state must go.
+func (s *Store) Reset(t Task) error {
+	if s.db == nil {
+		return ErrClosed
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	pre := t.Prefix()
+	if err := b.DeleteRange(pre, prefixEnd(pre), nil); err != nil {
+		return fmt.Errorf("state: reset %s: %w", t, err)
+	}
+	if err := b.Delete(offsetKey(t), nil); err != nil {
+		return fmt.Errorf("state: reset %s: %w", t, err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("state: reset %s: %w", t, err)
+	}
+	return nil
+}
+
+// Metrics exposes Pebble's metrics for the metrics exporter; nil once closed.
+func (s *Store) Metrics() *pebble.Metrics {
+	if s.db == nil {
+		return nil
+	}
+	return s.db.Metrics()
+}
 
 // Restore applies changelog records of one task to Pebble and records next as
 // the offset to restore from next time, durably and atomically. A nil value is

@@ -1,0 +1,161 @@
+package dedup_test
+
+import (
+	"encoding/binary"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/state"
+)
+
+// benchStored is how many ids the benchmark store remembers: enough that the
+// entries no longer fit the memtable and lookups reach SSTables.
+const benchStored = 1_000_000
+
+var benchNow = time.Date(2026, 6, 28, 10, 15, 30, 0, time.UTC)
+
+type dedupFixture struct {
+	st     *state.Store
+	d      *dedup.Store
+	prefix []byte
+	err    error
+}
+
+var (
+	fixtureOnce sync.Once
+	fixture     dedupFixture
+)
+
+func benchID(n int) dedup.ID {
+	var s [8]byte
+	binary.BigEndian.PutUint64(s[:], uint64(n))
+	return dedup.MakeID("tenant-1", "CASE-"+string(s[:])+"-ev")
+}
+
+func benchFP(n int) (fp [32]byte) {
+	binary.BigEndian.PutUint64(fp[:], uint64(n))
+	return fp
+}
+
+// loadFixture opens (once per process) a Pebble store holding benchStored
+// dedup entries, committed in transaction-sized batches like the processor.
+func loadFixture(b *testing.B) *dedupFixture {
+	b.Helper()
+	fixtureOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "dedup-bench-")
+		if err != nil {
+			fixture.err = err
+			return
+		}
+		st, err := state.Open(dir, state.Options{})
+		if err != nil {
+			fixture.err = err
+			return
+		}
+		fixture.st, fixture.d = st, dedup.NewStore(168*time.Hour)
+		fixture.prefix = state.Task{Topic: "case-events", Partition: 0}.Prefix()
+		for i := 0; i < benchStored; i += 10_000 {
+			txn := st.NewTxn()
+			for j := i; j < i+10_000; j++ {
+				fixture.d.Mark(txn, fixture.prefix, benchID(2*j), benchFP(2*j), benchNow)
+			}
+			if fixture.err = txn.Commit(); fixture.err != nil {
+				return
+			}
+		}
+	})
+	if fixture.err != nil {
+		b.Fatal(fixture.err)
+	}
+	return &fixture
+}
+
+// BenchmarkDedupCheck is the per-event dedup lookup on a store with a million
+// entries: nine in ten checks are misses (new events, the common case), one
+// in ten a duplicate. Transactions of 5000 checks, like the processor's.
+func BenchmarkDedupCheck(b *testing.B) {
+	f := loadFixture(b)
+	const probes = 100_000
+	ids := make([]dedup.ID, probes)
+	fps := make([][32]byte, probes)
+	for i := range ids {
+		n := 2*benchStored + 2*i + 1 // odd: never stored
+		if i%10 == 0 {
+			n = 2 * (i * 7 % benchStored) // stored
+		}
+		ids[i], fps[i] = benchID(n), benchFP(n)
+	}
+	b.ReportAllocs()
+	txn := f.st.NewTxn()
+	i, dups := 0, 0
+	for b.Loop() {
+		if i%5000 == 0 {
+			txn = f.st.NewTxn()
+		}
+		k := i % probes
+		v, err := f.d.Check(txn, f.prefix, ids[k], fps[k], benchNow)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v == dedup.Duplicate {
+			dups++
+		}
+		i++
+	}
+	if want := (i + 9) / 10; i >= probes && dups < want*9/10 {
+		b.Fatalf("%d duplicates in %d checks, want about %d", dups, i, want)
+	}
+}
+
+// BenchmarkDedupCheckMarkCommit is the steady state of one new event: check,
+// mark, and its share of a 5000-event transaction's synced Pebble commit.
+// (Hashing the ids is outside the timer: see BenchmarkMakeID.)
+func BenchmarkDedupCheckMarkCommit(b *testing.B) {
+	f := loadFixture(b)
+	const txnSize = 5000
+	ids := make([]dedup.ID, txnSize)
+	fps := make([][32]byte, txnSize)
+	next := func() {
+		for j := range ids {
+			markNext++
+			n := 4*benchStored + markNext // never stored nor probed before
+			ids[j], fps[j] = benchID(n), benchFP(n)
+		}
+	}
+	next()
+	b.ReportAllocs()
+	txn := f.st.NewTxn()
+	i := 0
+	for b.Loop() {
+		v, err := f.d.Check(txn, f.prefix, ids[i], fps[i], benchNow)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v != dedup.New {
+			b.Fatalf("verdict %v for a new id", v)
+		}
+		f.d.Mark(txn, f.prefix, ids[i], fps[i], benchNow)
+		if i++; i == txnSize {
+			if err := txn.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			next()
+			b.StartTimer()
+			txn, i = f.st.NewTxn(), 0
+		}
+	}
+}
+
+var markNext int
+
+// BenchmarkMakeID is the dedup identity hash of (tenantId, eventId).
+func BenchmarkMakeID(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = dedup.MakeID("tenant-3", "CASE-000123-ev-17")
+	}
+}

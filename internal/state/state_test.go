@@ -1,0 +1,118 @@
+package state
+
+import (
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func open(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open("mem", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestNeverAheadUntilCommit: staged writes are visible to the txn only, and
+// reach the store (with the changelog offset) only on Commit (invariant 1, 3).
+func TestNeverAheadUntilCommit(t *testing.T) {
+	s := open(t)
+	task := Task{Topic: "in", Partition: 2}
+	k := append(task.Prefix(), 'a', 'x')
+	txn := s.NewTxn()
+	txn.Set(k, []byte("v1"))
+	if v, ok, _ := txn.Get(k); !ok || string(v) != "v1" {
+		t.Fatal("read-your-writes failed")
+	}
+	if _, ok, _ := s.Get(k); ok {
+		t.Fatal("store is ahead of the commit")
+	}
+	ran := false
+	txn.AfterCommit(func() { ran = true })
+	txn.SetChangelogOffset(task, 42)
+	if ran {
+		t.Fatal("after-commit hook ran early")
+	}
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, _ := s.Get(k); !ok || string(v) != "v1" || !ran {
+		t.Fatal("commit did not write or run hooks")
+	}
+	if off, _ := s.ChangelogOffset(task); off != 42 {
+		t.Fatalf("changelog offset %d, want 42", off)
+	}
+}
+
+// TestScanOverlay: Scan merges staged writes and deletions over the store in
+// key order.
+func TestScanOverlay(t *testing.T) {
+	s := open(t)
+	base := s.NewTxn()
+	for _, k := range []string{"p1", "p3", "p5", "q1"} {
+		base.Set([]byte(k), []byte("old-"+k))
+	}
+	if err := base.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	txn := s.NewTxn()
+	txn.Set([]byte("p2"), []byte("new-p2"))
+	txn.Set([]byte("p3"), []byte("new-p3"))
+	txn.Delete([]byte("p5"))
+	txn.Set([]byte("p6"), []byte("new-p6"))
+	var got []string
+	if err := txn.Scan([]byte("p"), func(k, v []byte) error {
+		got = append(got, string(k)+"="+string(v))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := "[p1=old-p1 p2=new-p2 p3=new-p3 p6=new-p6]"
+	if s := fmtSlice(got); s != want {
+		t.Fatalf("scan %s, want %s", s, want)
+	}
+}
+
+// TestKeysAndReset: task keys split back, and Reset removes a task's state
+// and offset atomically without touching another task.
+func TestKeysAndReset(t *testing.T) {
+	s := open(t)
+	a, b := Task{Topic: "in", Partition: 1}, Task{Topic: "in", Partition: 10}
+	txn := s.NewTxn()
+	txn.Set(append(a.Prefix(), 'k'), []byte("a"))
+	txn.Set(append(b.Prefix(), 'k'), []byte("b"))
+	txn.SetChangelogOffset(a, 7)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	id, rest, err := SplitKey(append(a.Prefix(), 'k'))
+	if err != nil || id != a || string(rest) != "k" {
+		t.Fatalf("split: %v %q %v", id, rest, err)
+	}
+	if err := s.Reset(a); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Get(append(a.Prefix(), 'k')); ok {
+		t.Fatal("reset left a key")
+	}
+	if off, _ := s.ChangelogOffset(a); off != 0 {
+		t.Fatalf("reset left offset %d", off)
+	}
+	if _, ok, _ := s.Get(append(b.Prefix(), 'k')); !ok {
+		t.Fatal("reset touched another task")
+	}
+}
+
+func fmtSlice(s []string) string {
+	out := "["
+	for i, x := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += x
+	}
+	return out + "]"
+}

@@ -1,0 +1,253 @@
+package projection_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/projection"
+)
+
+var t0 = time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+
+func newTxn(t *testing.T) *state.Txn {
+	t.Helper()
+	st, err := state.Open("mem", state.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st.NewTxn()
+}
+
+var prefix = state.Task{Topic: "in", Partition: 0}.Prefix()
+
+func event(t *testing.T, typ string, v int64, payload string) (*envelope.Event, projection.Source) {
+	t.Helper()
+	raw := fmt.Sprintf(`{"eventId":"e%d-%s","eventType":%q,"aggregateId":"A","aggregateVersion":%d,"payload":%s}`, v, typ, typ, v, payload)
+	ev, err := envelope.Decode([]byte(raw), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev, projection.Source{Offset: v, Value: []byte(raw)}
+}
+
+func guard(versioned bool, maxHeld int64) *projection.Guard {
+	return &projection.Guard{P: &projection.Projection{Name: "p", Topic: "p.v1", Versioned: versioned,
+		Handler: projection.Rules{"Set": projection.Merge, "Del": projection.Delete}}, MaxHeld: maxHeld}
+}
+
+type offer struct {
+	typ     string
+	version int64
+	payload string
+	want    projection.Outcome
+	applied []int64 // versions applied by this offer, in order
+}
+
+// TestGuardOutcomes walks the version guard through in-order, stale, held,
+// drained, competing and overflowing events (invariant 4).
+func TestGuardOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		offers []offer
+		final  int64
+		state  string
+	}{
+		{"in order", []offer{
+			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
+			{"Set", 2, `{"b":2}`, projection.Applied, []int64{2}},
+		}, 2, `{"a":1,"b":2}`},
+		{"stale", []offer{
+			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
+			{"Set", 1, `{"a":9}`, projection.Stale, nil},
+		}, 1, `{"a":1}`},
+		{"gap then drain in order", []offer{
+			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
+			{"Set", 4, `{"d":4}`, projection.Held, nil},
+			{"Set", 3, `{"c":3}`, projection.Held, nil},
+			{"Set", 2, `{"b":2}`, projection.Applied, []int64{2, 3, 4}},
+		}, 4, `{"a":1,"b":2,"c":3,"d":4}`},
+		{"competing event for a held version is stale", []offer{
+			{"Set", 3, `{"c":3}`, projection.Held, nil},
+			{"Set", 3, `{"c":"other"}`, projection.Stale, nil},
+		}, 0, ``},
+		{"held limit overflows", []offer{
+			{"Set", 3, `{}`, projection.Held, nil},
+			{"Set", 4, `{}`, projection.Held, nil},
+			{"Set", 5, `{}`, projection.Overflow, nil},
+		}, 0, ``},
+		{"delete then merge starts from empty", []offer{
+			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
+			{"Del", 2, `null`, projection.Applied, []int64{2}},
+			{"Set", 3, `{"z":3}`, projection.Applied, []int64{3}},
+		}, 3, `{"z":3}`},
+		{"unlisted type advances the version only", []offer{
+			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
+			{"Note", 2, `{"ignored":true}`, projection.Applied, []int64{2}},
+		}, 2, `{"a":1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := newTxn(t)
+			g := guard(true, 2)
+			for i, o := range tc.offers {
+				ev, src := event(t, o.typ, o.version, o.payload)
+				step, err := g.Offer(kv, prefix, ev, src, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if step.Outcome != o.want {
+					t.Fatalf("offer %d (v%d): outcome %s, want %s", i, o.version, step.Outcome, o.want)
+				}
+				var got []int64
+				for _, c := range step.Changes {
+					got = append(got, c.Version)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(o.applied) {
+					t.Fatalf("offer %d (v%d): applied %v, want %v", i, o.version, got, o.applied)
+				}
+			}
+			snap, _, err := g.Inspect(kv, prefix, "A")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap.Version != tc.final || (tc.state != "" && string(snap.State) != tc.state) {
+				t.Fatalf("final v%d %s, want v%d %s", snap.Version, snap.State, tc.final, tc.state)
+			}
+		})
+	}
+}
+
+// TestGuardDeleteKeepsTombstoneUnderUnlistedTypes: an unlisted event after a
+// delete leaves the aggregate deleted (a tombstone again), version advanced.
+func TestGuardDeleteKeepsTombstoneUnderUnlistedTypes(t *testing.T) {
+	kv, g := newTxn(t), guard(true, 10)
+	for _, o := range []offer{{"Set", 1, `{"a":1}`, 0, nil}, {"Del", 2, `null`, 0, nil}, {"Note", 3, `{}`, 0, nil}} {
+		ev, src := event(t, o.typ, o.version, o.payload)
+		step, err := g.Offer(kv, prefix, ev, src, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.version >= 2 && !step.Changes[0].Deleted {
+			t.Fatalf("v%d: want a deletion (tombstone)", o.version)
+		}
+	}
+}
+
+// TestGuardHandlerErrorDoesNotAdvance: a failing handler dead-letters the
+// event and later versions wait behind it.
+func TestGuardHandlerErrorDoesNotAdvance(t *testing.T) {
+	kv := newTxn(t)
+	boom := errors.New("boom")
+	g := &projection.Guard{P: &projection.Projection{Name: "p", Versioned: true,
+		Handler: projection.HandlerFunc(func(s []byte, ev *projection.Event) (projection.Result, error) {
+			if ev.AggregateVersion == 2 {
+				return projection.Result{}, boom
+			}
+			return projection.Result{State: s}, nil
+		})}}
+	for _, v := range []int64{1, 3, 2} {
+		ev, src := event(t, "Set", v, `{}`)
+		step, err := g.Offer(kv, prefix, ev, src, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == 2 && (step.Outcome != projection.Failed || len(step.Failures) != 1 || !errors.Is(step.Failures[0].Err, boom)) {
+			t.Fatalf("v2: %+v", step)
+		}
+	}
+	snap, _, _ := g.Inspect(kv, prefix, "A")
+	if snap.Version != 1 || snap.HeldCount != 1 {
+		t.Fatalf("want version 1 with v3 held, got v%d held %d", snap.Version, snap.HeldCount)
+	}
+}
+
+// TestGuardUnversioned applies in arrival order and counts versions.
+func TestGuardUnversioned(t *testing.T) {
+	kv, g := newTxn(t), guard(false, 10)
+	for i, v := range []int64{5, 2, 9} {
+		ev, src := event(t, "Set", v, fmt.Sprintf(`{"v":%d}`, v))
+		step, err := g.Offer(kv, prefix, ev, src, t0)
+		if err != nil || step.Outcome != projection.Applied || step.Changes[0].Version != int64(i+1) {
+			t.Fatalf("offer %d: %+v %v", i, step, err)
+		}
+	}
+}
+
+// TestGuardExpireSkipWaitsAgainForTheNextGap: after a skip, a remaining gap
+// gets a full hold timeout of its own (a regression: it inherited the
+// expired start time and was skipped at once).
+func TestGuardExpireSkipWaitsAgainForTheNextGap(t *testing.T) {
+	kv, g := newTxn(t), guard(true, 100)
+	for _, v := range []int64{1, 5, 9} {
+		ev, src := event(t, "Set", v, `{}`)
+		if _, err := g.Offer(kv, prefix, ev, src, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := t0.Add(5 * time.Minute)
+	step, err := g.Expire(kv, prefix, "A", projection.Skip, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(step.Changes) != 1 || step.Changes[0].Version != 5 {
+		t.Fatalf("skip applied %+v, want v5", step.Changes)
+	}
+	if step.HeldCount != 1 || !step.HeldSince.Equal(later.Truncate(time.Millisecond)) {
+		t.Fatalf("after skip: held %d since %v, want 1 since %v", step.HeldCount, step.HeldSince, later)
+	}
+}
+
+// TestGuardExpireDeadLetter drops every held event with its source.
+func TestGuardExpireDeadLetter(t *testing.T) {
+	kv, g := newTxn(t), guard(true, 100)
+	for _, v := range []int64{1, 3, 4} {
+		ev, src := event(t, "Set", v, `{}`)
+		if _, err := g.Offer(kv, prefix, ev, src, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step, err := g.Expire(kv, prefix, "A", projection.DeadLetter, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(step.Dropped) != 2 || step.Dropped[0].Offset != 3 || step.Dropped[1].Offset != 4 || step.HeldCount != 0 {
+		t.Fatalf("dropped %+v held %d", step.Dropped, step.HeldCount)
+	}
+	// v2 arrives late: applied; v3, v4 are gone (dead-lettered).
+	ev, src := event(t, "Set", 2, `{}`)
+	step, _ = g.Offer(kv, prefix, ev, src, t0)
+	if len(step.Changes) != 1 {
+		t.Fatalf("late v2: %+v", step.Changes)
+	}
+}
+
+// TestMergePatchRFC7386 checks the RFC's own examples.
+func TestMergePatchRFC7386(t *testing.T) {
+	for _, c := range []struct{ doc, patch, want string }{
+		{`{"a":"b"}`, `{"a":"c"}`, `{"a":"c"}`},
+		{`{"a":"b"}`, `{"b":"c"}`, `{"a":"b","b":"c"}`},
+		{`{"a":"b"}`, `{"a":null}`, `{}`},
+		{`{"a":"b","b":"c"}`, `{"a":null}`, `{"b":"c"}`},
+		{`{"a":["b"]}`, `{"a":"c"}`, `{"a":"c"}`},
+		{`{"a":"c"}`, `{"a":["b"]}`, `{"a":["b"]}`},
+		{`{"a":{"b":"c"}}`, `{"a":{"b":"d","c":null}}`, `{"a":{"b":"d"}}`},
+		{`{"a":[{"b":"c"}]}`, `{"a":[1]}`, `{"a":[1]}`},
+		{`{}`, `{"a":{"bb":{"ccc":null}}}`, `{"a":{"bb":{}}}`},
+		{`{"n":1.50}`, `{"m":10000000000000000001}`, `{"m":10000000000000000001,"n":1.50}`},
+	} {
+		got, err := projection.MergePatch([]byte(c.doc), []byte(c.patch))
+		if err != nil || string(got) != c.want {
+			t.Errorf("merge %s + %s = %s (%v), want %s", c.doc, c.patch, got, err, c.want)
+		}
+		if !json.Valid(got) {
+			t.Errorf("invalid JSON %s", got)
+		}
+	}
+}
