@@ -467,3 +467,10 @@ func (s *schedule) Pop() any {
 	*s = old[:len(old)-1]
 	return it
 }
+
+// Backlog is how many keys wait for an attempt or are being executed.
+func (r *Runner) Backlog() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sched) + len(r.active)
+}

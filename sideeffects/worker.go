@@ -82,8 +82,35 @@ type Worker struct {
 // WorkerStats counts what the worker committed.
 type WorkerStats struct {
 	*eos.Stats
-	mu   sync.Mutex
-	byES map[[2]string]int64 // (effect, status)
+	mu      sync.Mutex
+	byES    map[[2]string]int64 // (effect, status)
+	runners map[*Runner]bool
+}
+
+// Pending is the side-effect backlog of the owned partitions: keys waiting
+// for an attempt (including retries) or being executed.
+func (s *WorkerStats) Pending() int64 {
+	s.mu.Lock()
+	rs := make([]*Runner, 0, len(s.runners))
+	for r := range s.runners {
+		rs = append(rs, r)
+	}
+	s.mu.Unlock()
+	var n int64
+	for _, r := range rs {
+		n += int64(r.Backlog())
+	}
+	return n
+}
+
+func (s *WorkerStats) track(r *Runner, on bool) {
+	s.mu.Lock()
+	if on {
+		s.runners[r] = true
+	} else {
+		delete(s.runners, r)
+	}
+	s.mu.Unlock()
 }
 
 // Effects returns the count of committed transitions into status.
@@ -133,7 +160,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 45 * time.Second
 	}
-	w := &Worker{cfg: cfg, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}}}
+	w := &Worker{cfg: cfg, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
 	w.loop = eos.New(eos.Config{
 		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID,
 		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
@@ -224,8 +251,10 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	wt.runner = r
 	t.Data = wt
 	w.runnersWG.Add(1)
+	w.stats.track(r, true)
 	go func() {
 		defer w.runnersWG.Done()
+		defer w.stats.track(r, false)
 		defer close(wt.done)
 		if err := r.Run(ctx); err != nil && !errors.Is(err, ErrRevoked) && ctx.Err() == nil {
 			w.cfg.Logger.Error("side-effect runner stopped", "partition", t.ID.Partition, "err", err)

@@ -11,11 +11,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -23,6 +29,8 @@ import (
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/broker"
 	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/httpserver"
+	"github.com/projector-dev/projector/internal/metrics"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -41,6 +49,10 @@ type App struct {
 	Executor      *sideeffects.Worker
 	ExecutorStore *state.Store
 	Logger        *slog.Logger
+	// Registry holds every metric of this process; Metrics feeds it.
+	Registry *prometheus.Registry
+	Metrics  *metrics.Metrics
+	admin    *kgo.Client
 }
 
 // Role selects what a process runs.
@@ -152,6 +164,13 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.Registry = prometheus.NewRegistry()
+	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hook, err := metrics.KafkaClientHooks(a.Registry)
+	if err != nil {
+		return nil, err
+	}
+	copts = append(copts, hook)
 	if cfg.Kafka.Embedded {
 		eb := cfg.Kafka.EmbeddedBroker
 		a.Embedded, err = broker.Start(broker.Options{Dir: eb.Dir, Listen: eb.Listen, Partitions: eb.Partitions})
@@ -174,7 +193,42 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 			return nil, err
 		}
 	}
+	if err := a.newMetrics(cfg, copts); err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// newMetrics registers the contract's metrics over the parts this role runs.
+func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt) error {
+	mo := metrics.OptionsFromConfig(cfg)
+	mo.Logger = a.Logger
+	mo.Pebble = map[string]func() *pebble.Metrics{}
+	var err error
+	if a.admin, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(a.Brokers...)}, copts...)...); err != nil {
+		return err
+	}
+	adm := kadm.NewClient(a.admin)
+	var lags metrics.LagSources
+	if a.Processor != nil {
+		mo.Processor = a.Processor.Stats()
+		mo.Pebble["processor"] = a.Store.Metrics
+		lags = append(lags, metrics.NewKafkaLag(adm, cfg.Name, cfg.Kafka.Input...))
+	}
+	if a.Executor != nil {
+		mo.Executor = a.Executor.Stats()
+		mo.Pebble["executor"] = a.ExecutorStore.Metrics
+		lags = append(lags, metrics.NewKafkaLag(adm, cfg.Name+"-executor", cfg.Kafka.EffectsTopic))
+	}
+	mo.Lag = lags
+	a.Metrics, err = metrics.New(a.Registry, mo)
+	return err
+}
+
+// Ready reports whether every loop this process runs has restored all its
+// partitions and is processing (/readyz).
+func (a *App) Ready() bool {
+	return (a.Processor == nil || a.Processor.Stats().Ready()) && (a.Executor == nil || a.Executor.Stats().Ready())
 }
 
 func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Projection, copts []kgo.Opt) error {
@@ -236,7 +290,16 @@ func (a *App) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, 2)
+	errs := make([]error, 4)
+	srv := httpserver.New(a.Config.HTTP.Listen, a.Registry, a.Ready)
+	wg.Go(func() {
+		if errs[2] = srv.Run(ctx); errs[2] != nil {
+			cancel()
+		}
+	})
+	if a.Metrics != nil {
+		wg.Go(func() { errs[3] = a.Metrics.Run(ctx) })
+	}
 	if a.Processor != nil {
 		wg.Go(func() {
 			if errs[0] = a.Processor.Run(ctx); errs[0] != nil {
@@ -258,6 +321,10 @@ func (a *App) Run(ctx context.Context) error {
 // Close stops what New started. It is idempotent.
 func (a *App) Close() error {
 	var errs []error
+	if a.admin != nil {
+		a.admin.Close()
+		a.admin = nil
+	}
 	for _, st := range []**state.Store{&a.Store, &a.ExecutorStore} {
 		if *st != nil {
 			errs = append(errs, (*st).Close())
@@ -269,4 +336,28 @@ func (a *App) Close() error {
 		a.Embedded = nil
 	}
 	return errors.Join(errs...)
+}
+
+// Connect returns broker addresses for an operator command. Against a real
+// cluster they are kafka.brokers. With the embedded broker, a running worker
+// already serves it on embeddedBroker.listen: the command connects to that;
+// when nothing listens there, it starts the broker from its data directory
+// for the duration of the command (close releases it).
+func Connect(cfg *config.Config, log *slog.Logger) (brokers []string, closeFn func(), err error) {
+	if !cfg.Kafka.Embedded {
+		return cfg.Kafka.Brokers, func() {}, nil
+	}
+	eb := cfg.Kafka.EmbeddedBroker
+	if c, err := net.DialTimeout("tcp", eb.Listen, 500*time.Millisecond); err == nil {
+		c.Close()
+		return []string{eb.Listen}, func() {}, nil
+	}
+	b, err := broker.Start(broker.Options{Dir: eb.Dir, Listen: eb.Listen, Partitions: eb.Partitions})
+	if err != nil {
+		return nil, nil, err
+	}
+	if log != nil {
+		log.Debug("started the embedded broker for this command", "addr", b.Addr(), "dir", eb.Dir)
+	}
+	return []string{b.Addr()}, b.Close, nil
 }

@@ -1,0 +1,455 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/processor"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "projector"
+
+// RecordLevel is the projection label of record-level outcomes, which
+// processor.Stats counts under projection "".
+const RecordLevel = "_record"
+
+// Defaults.
+const (
+	DefaultLagInterval = 15 * time.Second
+	DefaultLagTimeout  = 10 * time.Second
+)
+
+// EnvelopeFields are the envelope fields an invalid record can be
+// dead-lettered for ("invalid:<field>"); "value" is a value that is not an
+// envelope at all.
+var EnvelopeFields = []string{
+	"eventId", "eventType", "aggregateId", "aggregateType", "aggregateVersion", "tenantId",
+	"occurredAt", "correlationId", "causationId", "producer", "payload", "value",
+}
+
+// EffectStatuses are the status label values of projector_side_effects_total.
+var EffectStatuses = []string{"enqueued", "succeeded", "failed", "unknown", "suppressed", "duplicate"}
+
+// TransactionResults are the result label values of projector_transactions_total.
+var TransactionResults = []string{"committed", "aborted", "failed"}
+
+// DefaultTransactionBuckets span 1ms to ~16s.
+var DefaultTransactionBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
+
+// DeadLetterReasons returns every dead-letter reason: "invalid:<field>" for
+// EnvelopeFields, then conflict, gap-timeout and handler-error.
+func DeadLetterReasons() []string {
+	out := make([]string, 0, len(EnvelopeFields)+3)
+	for _, f := range EnvelopeFields {
+		out = append(out, "invalid:"+f)
+	}
+	return append(out, processor.ReasonConflict, processor.ReasonGapTimeout, processor.ReasonHandlerError)
+}
+
+// Loop is the counters of one exactly-once loop (internal/eos): both
+// *processor.Stats and *sideeffects.WorkerStats implement it.
+type Loop interface {
+	Transactions(result string) int64
+	Restored() int64
+	Ready() bool
+	Assigned() []state.Task
+	Observe(fn func(processor.TxnObservation))
+}
+
+// Source is the processor's counters; *processor.Stats implements it.
+type Source interface {
+	Loop
+	Events(projection, outcome string) int64
+	DeadLetters(reason string) int64
+	Effects(effect, status string) int64
+	Gaps() map[string]processor.GapSummary
+}
+
+// ExecutorSource is the side-effect executor's counters;
+// *sideeffects.WorkerStats implements it. If it also has a method
+// Pending() int64, that feeds projector_side_effects_pending (unless
+// Options.Pending is set).
+type ExecutorSource interface {
+	Loop
+	Effects(effect, status string) int64
+}
+
+// Options configure New. Zero values take the documented defaults; label
+// value lists are copied.
+type Options struct {
+	// Processor and Executor are the counters of the loops this process
+	// runs (processor.Processor.Stats, sideeffects.Worker.Stats); either may
+	// be nil (role executor, role processor, rebuild). The loops' series add
+	// up: transactions, restored records, side-effect counts; lag is reported
+	// for the partitions either has assigned, and projector_ready is 1 when
+	// every present loop is ready.
+	Processor Source
+	Executor  ExecutorSource
+	// Projections and Effects are the configured names (OptionsFromConfig).
+	Projections []string
+	Effects     []string
+	// Outcomes default to processor.Outcomes, DeadLetterReasons to
+	// DeadLetterReasons(), EffectStatuses to EffectStatuses.
+	Outcomes          []string
+	DeadLetterReasons []string
+	EffectStatuses    []string
+	// Pending, if set, returns the number of side-effect ledger entries not
+	// yet terminal (projector_side_effects_pending); nil asks the Executor
+	// (see ExecutorSource), else reports 0. It is called at scrape time and
+	// must be cheap and safe concurrently.
+	Pending func() int64
+	// Pebble maps a store label value ("processor", "executor") to the
+	// store's metrics (state.Store.Metrics); it adds the projector_pebble_*
+	// series with label store. They are called at scrape time, so the stores
+	// must outlive the HTTP server.
+	Pebble map[string]func() *pebble.Metrics
+	// Lag, if set, is polled by Run every LagInterval (default
+	// DefaultLagInterval) with a LagTimeout (default DefaultLagTimeout).
+	Lag         LagSource
+	LagInterval time.Duration
+	LagTimeout  time.Duration
+	// TransactionBuckets default to DefaultTransactionBuckets.
+	TransactionBuckets []float64
+	// Now is the clock for projector_gap_oldest_seconds; default time.Now.
+	Now func() time.Time
+	// Logger reports lag refresh failures; default discards.
+	Logger *slog.Logger
+}
+
+// OptionsFromConfig names the configured projections and side effects.
+func OptionsFromConfig(cfg *config.Config) Options {
+	var o Options
+	for _, p := range cfg.Projections {
+		o.Projections = append(o.Projections, p.Name)
+	}
+	for _, s := range cfg.SideEffects {
+		o.Effects = append(o.Effects, s.Name)
+	}
+	return o
+}
+
+func (o *Options) applyDefaults() {
+	if o.Outcomes == nil {
+		o.Outcomes = processor.Outcomes
+	}
+	if o.DeadLetterReasons == nil {
+		o.DeadLetterReasons = DeadLetterReasons()
+	}
+	if o.EffectStatuses == nil {
+		o.EffectStatuses = EffectStatuses
+	}
+	if o.TransactionBuckets == nil {
+		o.TransactionBuckets = DefaultTransactionBuckets
+	}
+	if o.LagInterval <= 0 {
+		o.LagInterval = DefaultLagInterval
+	}
+	if o.LagTimeout <= 0 {
+		o.LagTimeout = DefaultLagTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Pending == nil && !isNil(o.Executor) {
+		if p, ok := o.Executor.(interface{ Pending() int64 }); ok {
+			o.Pending = p.Pending
+		}
+	}
+	// Copy, deduplicated, so that later changes to the caller's slices do not
+	// change the series and a name listed twice is not collected twice.
+	for _, l := range []*[]string{&o.Projections, &o.Effects, &o.Outcomes, &o.DeadLetterReasons, &o.EffectStatuses} {
+		*l = uniq(*l)
+	}
+}
+
+func uniq(in []string) []string {
+	out := make([]string, 0, len(in))
+	seen := make(map[string]bool, len(in))
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Metrics is the registered set of projector metrics.
+type Metrics struct {
+	o       Options
+	txnTime prometheus.Histogram
+
+	events, gapsOpen, gapOldest, effects, pending, txns, lag, restored, dlq, ready, assigned, lagErrors *prometheus.Desc
+
+	proc  Source // never nil: zeroSource without a processor
+	loops []Loop // the loops present
+
+	mu        sync.Mutex
+	lagValues map[TopicPartition]int64
+	lagErrs   int64
+	runOnce   sync.Once
+}
+
+// New registers the projector metrics on reg. It registers nothing if it
+// fails.
+func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: nil Registerer")
+	}
+	for _, p := range o.Projections {
+		if p == RecordLevel {
+			return nil, fmt.Errorf("metrics: projection name %q is reserved for record-level outcomes", RecordLevel)
+		}
+	}
+	o.applyDefaults()
+	m := &Metrics{
+		o:         o,
+		proc:      zeroSource{},
+		lagValues: make(map[TopicPartition]int64),
+		txnTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "transaction_seconds",
+			Help:    "Duration of committed transactions, from begin to commit acknowledged.",
+			Buckets: o.TransactionBuckets,
+		}),
+		events: desc("events_total", "Committed event outcomes by projection (_record: record-level) and outcome.", "projection", "outcome"),
+		gapsOpen: desc("gaps_open",
+			"Aggregates with held events (an open version gap) on the assigned partitions.", "projection"),
+		gapOldest: desc("gap_oldest_seconds",
+			"Age of the oldest open version gap on the assigned partitions; 0 when none.", "projection"),
+		effects: desc("side_effects_total", "Side-effect intents and executions by effect and status.", "effect", "status"),
+		pending: desc("side_effects_pending", "Side-effect ledger entries not yet succeeded or failed."),
+		txns:    desc("transactions_total", "Kafka transactions by result.", "result"),
+		lag: desc("consumer_lag",
+			"Records between the group's committed offset and the end of an assigned partition.", "topic", "partition"),
+		restored:  desc("restore_records_total", "Changelog records restored into the state store."),
+		dlq:       desc("deadletter_total", "Committed dead-lettered records by reason.", "reason"),
+		ready:     desc("ready", "1 when every assigned partition is restored and processing."),
+		assigned:  desc("assigned_partitions", "Input partitions assigned to this instance."),
+		lagErrors: desc("consumer_lag_errors_total", "Failed consumer lag refreshes."),
+	}
+	if !isNil(o.Processor) {
+		m.proc = o.Processor
+		m.loops = append(m.loops, o.Processor)
+	}
+	if !isNil(o.Executor) {
+		m.loops = append(m.loops, o.Executor)
+	} else {
+		m.o.Executor = nil
+	}
+	cs := []prometheus.Collector{collector{m}, m.txnTime}
+	if len(o.Pebble) > 0 {
+		cs = append(cs, newPebbleCollector(o.Pebble))
+	}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, r := range cs[:i] {
+				reg.Unregister(r)
+			}
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	// Last: the loops have no way to remove an observer.
+	for _, l := range m.loops {
+		l.Observe(func(t processor.TxnObservation) {
+			if t.Result == "committed" {
+				m.txnTime.Observe(t.Duration.Seconds())
+			}
+		})
+	}
+	return m, nil
+}
+
+// isNil reports a nil interface or a typed nil pointer in one (a nil
+// *processor.Stats passed as a Source).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
+}
+
+// Run refreshes consumer lag from Options.Lag until ctx is done: at once, then
+// every LagInterval. Without a LagSource it returns nil at once. Run may be
+// called once; a second call returns an error.
+func (m *Metrics) Run(ctx context.Context) error {
+	first := false
+	m.runOnce.Do(func() { first = true })
+	if !first {
+		return errors.New("metrics: Run called twice")
+	}
+	if m.o.Lag == nil {
+		return nil
+	}
+	t := time.NewTicker(m.o.LagInterval)
+	defer t.Stop()
+	for {
+		m.refreshLag(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// refreshLag replaces the lag values; on failure it keeps the last value of
+// every partition it could not load.
+func (m *Metrics) refreshLag(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.o.LagTimeout)
+	defer cancel()
+	lag, err := m.o.Lag.Lag(ctx)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return // shutting down
+	}
+	m.mu.Lock()
+	if err == nil {
+		m.lagValues = maps.Clone(lag)
+	} else {
+		// Partial: update what was loaded, keep the last value of the rest.
+		m.lagErrs++
+		values := maps.Clone(m.lagValues)
+		maps.Copy(values, lag)
+		m.lagValues = values
+	}
+	m.mu.Unlock()
+	if err != nil {
+		m.o.Logger.Warn("consumer lag refresh failed", "err", err)
+	}
+}
+
+// collector reads the counters at scrape time.
+type collector struct{ m *Metrics }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	m := c.m
+	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m, o, p := c.m, c.m.o, c.m.proc
+	counter := func(d *prometheus.Desc, v int64, lvs ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), lvs...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, lvs ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lvs...)
+	}
+
+	for _, out := range o.Outcomes {
+		counter(m.events, p.Events("", out), RecordLevel, out)
+		for _, name := range o.Projections {
+			counter(m.events, p.Events(name, out), name, out)
+		}
+	}
+	for _, r := range o.DeadLetterReasons {
+		counter(m.dlq, p.DeadLetters(r), r)
+	}
+	for _, e := range o.Effects {
+		for _, st := range o.EffectStatuses {
+			n := p.Effects(e, st)
+			if o.Executor != nil {
+				n += o.Executor.Effects(e, st)
+			}
+			counter(m.effects, n, e, st)
+		}
+	}
+	var pending int64
+	if o.Pending != nil {
+		pending = o.Pending()
+	}
+	gauge(m.pending, float64(pending))
+
+	// Gaps: the configured projections at 0 unless the processor reports
+	// otherwise, plus any projection it reports that is not configured.
+	gaps := p.Gaps()
+	now := o.Now()
+	gapNames := slices.Clone(o.Projections)
+	for name := range gaps {
+		if !slices.Contains(o.Projections, name) {
+			gapNames = append(gapNames, name)
+		}
+	}
+	for _, name := range gapNames {
+		g := gaps[name]
+		age := 0.0
+		if g.Open > 0 && !g.Oldest.IsZero() {
+			age = max(now.Sub(g.Oldest).Seconds(), 0)
+		}
+		gauge(m.gapsOpen, float64(g.Open), name)
+		gauge(m.gapOldest, age, name)
+	}
+
+	// The loops' series add up.
+	txns := make([]int64, len(TransactionResults))
+	var restored int64
+	var assigned []state.Task
+	ready := len(m.loops) > 0
+	for _, l := range m.loops {
+		for i, r := range TransactionResults {
+			txns[i] += l.Transactions(r)
+		}
+		restored += l.Restored()
+		assigned = append(assigned, l.Assigned()...)
+		ready = ready && l.Ready()
+	}
+	for i, r := range TransactionResults {
+		counter(m.txns, txns[i], r)
+	}
+	counter(m.restored, restored)
+
+	m.mu.Lock()
+	lag := m.lagValues
+	lagErrs := m.lagErrs
+	m.mu.Unlock()
+	seen := make(map[state.Task]bool, len(assigned))
+	for _, t := range assigned {
+		if seen[t] { // two loops never share a topic; be safe anyway
+			continue
+		}
+		seen[t] = true
+		gauge(m.lag, float64(lag[TopicPartition{t.Topic, t.Partition}]), t.Topic, strconv.Itoa(int(t.Partition)))
+	}
+	gauge(m.assigned, float64(len(seen)))
+	if ready {
+		gauge(m.ready, 1)
+	} else {
+		gauge(m.ready, 0)
+	}
+	counter(m.lagErrors, lagErrs)
+}
+
+// zeroSource stands in for a missing processor; it is not a loop.
+type zeroSource struct{}
+
+func (zeroSource) Events(string, string) int64            { return 0 }
+func (zeroSource) DeadLetters(string) int64               { return 0 }
+func (zeroSource) Effects(string, string) int64           { return 0 }
+func (zeroSource) Transactions(string) int64              { return 0 }
+func (zeroSource) Restored() int64                        { return 0 }
+func (zeroSource) Ready() bool                            { return false }
+func (zeroSource) Assigned() []state.Task                 { return nil }
+func (zeroSource) Gaps() map[string]processor.GapSummary  { return nil }
+func (zeroSource) Observe(func(processor.TxnObservation)) {}
