@@ -39,6 +39,7 @@ func commands() []command {
 	return []command{
 		{"demo", "run everything once on an embedded broker with sample data and print a summary", runDemo},
 		{"run", "run the live worker: projector run --config FILE", runRun},
+		{"bench", "measure the pipeline against the transport floor on an embedded broker", runBench},
 	}
 }
 

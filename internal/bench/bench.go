@@ -1,0 +1,661 @@
+// Package bench is `projector bench`: on one broker, in one process, it
+// measures the transport floor – a plain exactly-once copy loop with the
+// processor's client settings – and the full pipeline on the same generated
+// events, and checks the pipeline's outcome counts against the workload's
+// reference fold so that a fast wrong run is visible.
+//
+// A run goes:
+//
+//  1. setup (not timed): generate the workload (in chunks of disjoint
+//     aggregates when it is large, so the generator's memory stays bounded),
+//     produce it to the input topic, then release the generated records and
+//     reset the process's peak-RSS mark;
+//  2. per repetition: (a) the floor: a GroupTransactSession that copies every
+//     input record to an output topic, timed from start until its group has
+//     committed the end of every input partition; (b) the pipeline: the real
+//     processor (fresh state directory, live mode) on the same input in another
+//     group, timed the same way;
+//  3. report events/s of both (input records / wall time), their ratio, p50/p99
+//     transaction latency, peak RSS and the outcome counts.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/broker"
+	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/projection"
+)
+
+// Options configure a benchmark. Zero values take the defaults of Defaults.
+type Options struct {
+	Events     int     // unique valid events (default 1M)
+	Aggregates int     // default 100k
+	Duplicates float64 // share of Events re-delivered (default 0.10)
+	Reorder    float64 // share of Events swapped with their next version (default 0.01)
+	// The rarer faults, each a share of Events (zero: none).
+	LateGaps, Stale, Conflicts, Invalid float64
+	Seed                                uint64
+
+	Partitions int // input partitions (default 4)
+	Batch      int // max records per transaction, both phases (default 5000)
+	Runs       int // repetitions of floor + pipeline (default 1)
+	// Chunk is how many events are generated at a time (default 1M). Larger
+	// workloads are generated as several chunks of disjoint aggregates.
+	Chunk int
+
+	// Brokers, when set, is an external cluster to use instead of the
+	// embedded broker (the peak RSS then excludes the broker).
+	Brokers []string
+	// Dir holds the embedded broker's log and the state stores; "" makes a
+	// temporary directory that is removed at the end.
+	Dir string
+	// CPUProfile, when set, receives a CPU profile of the pipeline phases.
+	CPUProfile string
+	// Logger receives the processor's logs (default: discarded).
+	Logger *slog.Logger
+	// Progress receives one line per step (default: discarded).
+	Progress io.Writer
+}
+
+// Defaults are the issue's default benchmark.
+func Defaults() Options {
+	return Options{Events: 1_000_000, Aggregates: 100_000, Duplicates: 0.10, Reorder: 0.01,
+		LateGaps: 0.001, Stale: 0.001, Conflicts: 0.001, Invalid: 0.001, Seed: 1,
+		Partitions: 4, Batch: 5000, Runs: 1, Chunk: 1_000_000}
+}
+
+func (o *Options) applyDefaults() {
+	d := Defaults()
+	if o.Events <= 0 {
+		o.Events = d.Events
+	}
+	if o.Aggregates <= 0 {
+		o.Aggregates = max(1, min(d.Aggregates, o.Events/10))
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = d.Partitions
+	}
+	if o.Batch <= 0 {
+		o.Batch = d.Batch
+	}
+	if o.Runs <= 0 {
+		o.Runs = d.Runs
+	}
+	if o.Chunk <= 0 {
+		o.Chunk = d.Chunk
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+// Validate reports options that cannot run.
+func (o Options) Validate() error {
+	var errs []error
+	rate := func(name string, v float64) {
+		if v < 0 || v > 1 {
+			errs = append(errs, fmt.Errorf("--%s: %g is not between 0 and 1 (a share of --events)", name, v))
+		}
+	}
+	rate("duplicates", o.Duplicates)
+	rate("reorder", o.Reorder)
+	rate("late-gaps", o.LateGaps)
+	rate("stale", o.Stale)
+	rate("conflicts", o.Conflicts)
+	rate("invalid", o.Invalid)
+	if o.Events < 0 || o.Aggregates < 0 || o.Partitions < 0 || o.Batch < 0 || o.Runs < 0 || o.Chunk < 0 {
+		errs = append(errs, errors.New("counts must not be negative"))
+	}
+	if o.Events > 0 && o.Aggregates > o.Events {
+		errs = append(errs, fmt.Errorf("--aggregates %d is more than --events %d (every aggregate has at least one event)", o.Aggregates, o.Events))
+	}
+	if o.Partitions > 1024 {
+		errs = append(errs, fmt.Errorf("--partitions %d is above 1024", o.Partitions))
+	}
+	return errors.Join(errs...)
+}
+
+// Outcomes are the outcome labels compared, in report order.
+var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "failed"}
+
+// Phase is one timed phase of one run.
+type Phase struct {
+	Name     string
+	Records  int64         // input records processed (committed)
+	Elapsed  time.Duration // start until the group caught up
+	Txns     int64         // committed transactions
+	Aborted  int64         // aborted transactions (retried)
+	P50, P99 time.Duration // committed-transaction latency
+}
+
+// Rate is input records per second.
+func (p Phase) Rate() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.Records) / p.Elapsed.Seconds()
+}
+
+// Run is one repetition: the floor, then the pipeline.
+type Run struct {
+	Floor, Pipeline Phase
+	// Got are the pipeline's committed outcome counts (by Outcomes label).
+	Got map[string]int64
+}
+
+// Ratio is pipeline events/s over floor events/s.
+func (r Run) Ratio() float64 {
+	if r.Floor.Rate() == 0 {
+		return 0
+	}
+	return r.Pipeline.Rate() / r.Floor.Rate()
+}
+
+// Result is a whole benchmark.
+type Result struct {
+	Options  Options
+	Input    int64            // records on the input topic
+	Want     map[string]int64 // expected outcome counts (reference fold)
+	Runs     []Run
+	Embedded bool // the broker ran in this process
+	// Setup timings (not part of the figures).
+	Generate, Produce time.Duration
+	// PeakRSS is the process's VmHWM over the measured phases (reset after
+	// setup when the kernel allows it); SetupRSS the peak before the reset.
+	PeakRSS, SetupRSS int64
+	PeakReset         bool
+	// CPUProfile is the written profile's path ("" when none).
+	CPUProfile string
+}
+
+// MedianRatio is the median over runs of pipeline/floor.
+func (r *Result) MedianRatio() float64 {
+	rs := make([]float64, 0, len(r.Runs))
+	for _, run := range r.Runs {
+		rs = append(rs, run.Ratio())
+	}
+	return median(rs)
+}
+
+// Mismatches lists every (run, outcome) whose count differs from the
+// expectation, and every floor that did not copy every record.
+func (r *Result) Mismatches() []string {
+	var out []string
+	for i, run := range r.Runs {
+		for _, o := range Outcomes {
+			if got, want := run.Got[o], r.Want[o]; got != want {
+				out = append(out, fmt.Sprintf("run %d: outcome %s: got %d, want %d", i+1, o, got, want))
+			}
+		}
+		if run.Floor.Records != r.Input {
+			out = append(out, fmt.Sprintf("run %d: transport floor copied %d records, want %d", i+1, run.Floor.Records, r.Input))
+		}
+	}
+	return out
+}
+
+// Err is non-nil when the pipeline's counts were wrong in any run.
+func (r *Result) Err() error {
+	if m := r.Mismatches(); len(m) > 0 {
+		return fmt.Errorf("bench: outcome counts differ from the reference fold (%d): %s", len(m), strings.Join(m, "; "))
+	}
+	return nil
+}
+
+const inputTopic = "bench.input"
+
+// Execute runs the benchmark. It returns the result even when the outcome
+// counts are wrong (see Result.Err); an error means it could not run.
+func Execute(ctx context.Context, o Options) (*Result, error) {
+	o.applyDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{Options: o, Want: map[string]int64{}}
+	dir := o.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "projector-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	brokers := o.Brokers
+	prefix := ""
+	if len(brokers) == 0 {
+		b, err := broker.Start(broker.Options{Dir: filepath.Join(dir, "broker"), Listen: "127.0.0.1:0", Partitions: o.Partitions})
+		if err != nil {
+			return nil, err
+		}
+		defer b.Close()
+		brokers = []string{b.Addr()}
+		res.Embedded = true
+	} else {
+		// A shared cluster: names unique to this invocation.
+		prefix = "projector-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "."
+	}
+	input := prefix + inputTopic
+
+	// 1. Setup: generate and produce, chunk by chunk.
+	if err := testkit.CreateTopic(ctx, brokers, input, int32(o.Partitions)); err != nil {
+		return nil, fmt.Errorf("bench: create %s: %w", input, err)
+	}
+	if err := setup(ctx, o, brokers, input, res); err != nil {
+		return nil, err
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	res.SetupRSS = peakRSS()
+	res.PeakReset = resetPeakRSS()
+
+	// 2. The measured runs.
+	var prof *os.File
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		defer f.Close()
+		prof = f
+		res.CPUProfile = o.CPUProfile
+	}
+	for i := range o.Runs {
+		name := fmt.Sprintf("%sbench-r%d", prefix, i+1)
+		fmt.Fprintf(o.Progress, "run %d/%d: transport floor ...\n", i+1, o.Runs)
+		floor, err := copyLoop(ctx, o, brokers, input, name+"-floor", res.Input)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Progress, "run %d/%d: transport floor %s, %.0f events/s; pipeline ...\n", i+1, o.Runs, floor.Elapsed.Round(time.Millisecond), floor.Rate())
+		if prof != nil {
+			if err := pprof.StartCPUProfile(prof); err != nil {
+				prof = nil // one profile per process; the first pipeline phase has it
+			}
+		}
+		pipe, got, err := pipeline(ctx, o, brokers, input, name+"-pipeline", filepath.Join(dir, "state-"+strconv.Itoa(i+1)), res.Input)
+		if prof != nil {
+			pprof.StopCPUProfile()
+			prof = nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Progress, "run %d/%d: pipeline %s, %.0f events/s\n", i+1, o.Runs, pipe.Elapsed.Round(time.Millisecond), pipe.Rate())
+		res.Runs = append(res.Runs, Run{Floor: floor, Pipeline: pipe, Got: got})
+	}
+	res.PeakRSS = peakRSS()
+	return res, nil
+}
+
+// setup generates the workload chunk by chunk, produces each chunk and keeps
+// only the expected counts.
+func setup(ctx context.Context, o Options, brokers []string, input string, res *Result) error {
+	chunks := (o.Events + o.Chunk - 1) / o.Chunk
+	for c := range chunks {
+		// Split events and aggregates evenly; the last chunk takes the rest.
+		ev := o.Events / chunks
+		ag := o.Aggregates / chunks
+		if c == chunks-1 {
+			ev = o.Events - ev*(chunks-1)
+			ag = o.Aggregates - ag*(chunks-1)
+		}
+		wo := workload.Defaults()
+		wo.Seed = o.Seed + uint64(c)
+		wo.Events, wo.Aggregates = ev, max(ag, 1)
+		wo.Duplicates, wo.Reorder = o.Duplicates, o.Reorder
+		wo.LateGaps, wo.Stale, wo.Conflicts, wo.Invalid = max(o.LateGaps, 0), max(o.Stale, 0), max(o.Conflicts, 0), max(o.Invalid, 0)
+		t0 := time.Now()
+		recs, exp := workload.Generate(wo)
+		if c > 0 {
+			renameChunk(recs, c)
+		}
+		res.Generate += time.Since(t0)
+		for o, n := range map[string]int{"applied": exp.Applied, "duplicate": exp.Duplicates, "stale": exp.Stale,
+			"held": exp.Held, "conflict": exp.Conflicts, "invalid": exp.Invalid} {
+			res.Want[o] += int64(n)
+		}
+		res.Input += int64(len(recs))
+		exp = workload.Expect{}
+		fmt.Fprintf(o.Progress, "setup: chunk %d/%d: %d records generated; producing ...\n", c+1, chunks, len(recs))
+		t0 = time.Now()
+		if err := testkit.Produce(ctx, brokers, input, recs); err != nil {
+			return err
+		}
+		res.Produce += time.Since(t0)
+	}
+	res.Want["failed"] = 0
+	return nil
+}
+
+// renameChunk makes chunk c's aggregates and event ids disjoint from every
+// other chunk's: the generator always names aggregates CASE-000000 …, and
+// every id of an aggregate's events embeds that name ("CASE-000001-ev-3").
+// "ASE-" is rewritten to "ASE<c>-", which also covers re-serialised copies
+// ("\u0043ASE-…"); stale writers' ids get the chunk too.
+func renameChunk(recs []workload.Record, c int) {
+	agg := []byte("ASE" + strconv.Itoa(c) + "-")
+	stale := []byte(`"stale` + strconv.Itoa(c) + "-")
+	for i := range recs {
+		r := &recs[i]
+		r.Key = bytes.ReplaceAll(r.Key, []byte("ASE-"), agg)
+		r.Value = bytes.ReplaceAll(r.Value, []byte("ASE-"), agg)
+		if r.Kind == workload.KindStale {
+			r.Value = bytes.ReplaceAll(r.Value, []byte(`"stale-`), stale)
+		}
+	}
+}
+
+// copyLoop is the transport floor: the processor's session settings, read
+// committed, one transaction per poll of up to Batch records, every record
+// copied to an output topic.
+func copyLoop(ctx context.Context, o Options, brokers []string, input, name string, want int64) (Phase, error) {
+	ph := Phase{Name: "transport floor"}
+	out := name + ".out"
+	if err := testkit.CreateTopic(ctx, brokers, out, int32(o.Partitions)); err != nil {
+		return ph, fmt.Errorf("bench: create %s: %w", out, err)
+	}
+	sess, err := kgo.NewGroupTransactSession(
+		kgo.SeedBrokers(brokers...),
+		kgo.TransactionalID(name+"-bench"),
+		kgo.TransactionTimeout(40*time.Second),
+		kgo.ConsumerGroup(name),
+		kgo.ConsumeTopics(input),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.SessionTimeout(45*time.Second),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ProducerLinger(0),
+	)
+	if err != nil {
+		return ph, fmt.Errorf("bench: floor session: %w", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var (
+		mu        sync.Mutex
+		lat       []time.Duration
+		committed int64
+		aborted   int64
+	)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		done <- func() error {
+			for runCtx.Err() == nil {
+				pollCtx, cancel := context.WithTimeout(runCtx, 250*time.Millisecond)
+				fs := sess.PollRecords(pollCtx, o.Batch)
+				cancel()
+				if fs.IsClientClosed() {
+					return nil
+				}
+				var ferr error
+				fs.EachError(func(t string, p int32, err error) {
+					if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+						ferr = fmt.Errorf("fetch %s/%d: %w", t, p, err)
+					}
+				})
+				if ferr != nil {
+					return ferr
+				}
+				n := fs.NumRecords()
+				if n == 0 {
+					continue
+				}
+				t0 := time.Now()
+				if err := sess.Begin(); err != nil {
+					return err
+				}
+				// Not runCtx: a transaction that started finishes.
+				tctx, tcancel := context.WithTimeout(context.Background(), 50*time.Second)
+				cl := sess.Client()
+				var perr error
+				var pmu sync.Mutex
+				fs.EachRecord(func(r *kgo.Record) {
+					cl.Produce(tctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers},
+						func(_ *kgo.Record, err error) {
+							if err != nil {
+								pmu.Lock()
+								perr = err
+								pmu.Unlock()
+							}
+						})
+				})
+				if err := cl.Flush(tctx); err != nil {
+					tcancel()
+					return err
+				}
+				commit := kgo.TryCommit
+				if perr != nil {
+					commit = kgo.TryAbort
+				}
+				ok, err := sess.End(tctx, commit)
+				tcancel()
+				if err != nil {
+					return fmt.Errorf("end transaction: %w", err)
+				}
+				mu.Lock()
+				if ok && commit == kgo.TryCommit {
+					committed += int64(n)
+					lat = append(lat, time.Since(t0))
+				} else {
+					aborted++
+				}
+				mu.Unlock()
+			}
+			return nil
+		}()
+	}()
+	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
+	ph.Elapsed = time.Since(start)
+	stop()
+	var loopErr error
+	if waitErr == nil || !errors.Is(waitErr, errStopped) {
+		loopErr = <-done
+	}
+	sess.Close()
+	if waitErr != nil {
+		if errors.Is(waitErr, errStopped) {
+			return ph, fmt.Errorf("bench: transport floor stopped: %w", errors.Unwrap(waitErr))
+		}
+		return ph, fmt.Errorf("bench: transport floor: %w", waitErr)
+	}
+	if loopErr != nil {
+		return ph, fmt.Errorf("bench: transport floor: %w", loopErr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	ph.Records, ph.Txns, ph.Aborted = committed, int64(len(lat)), aborted
+	ph.P50, ph.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	return ph, nil
+}
+
+// pipeline runs the real processor on the input until its group caught up.
+func pipeline(ctx context.Context, o Options, brokers []string, input, name, stateDir string, want int64) (Phase, map[string]int64, error) {
+	ph := Phase{Name: "pipeline"}
+	defer os.RemoveAll(stateDir)
+	st, err := state.Open(stateDir, state.Options{})
+	if err != nil {
+		return ph, nil, err
+	}
+	defer st.Close()
+	p, err := processor.New(processor.Config{
+		Name: name, InstanceID: "bench", Brokers: brokers,
+		Inputs: []string{input}, DeadLetterTopic: name + ".dlq", EffectsTopic: name + ".effects",
+		Partitions: int32(o.Partitions),
+		Projections: []*projection.Projection{{
+			Name: "case-overview", Topic: name + ".case-overview", Handler: Rules(), Versioned: true,
+			AggregateTypes: []string{"RegulatoryCase"},
+		}},
+		Store: st, Dedup: dedup.NewStore(168 * time.Hour),
+		MaxRecordsPerTxn: o.Batch, Mode: processor.Live, Logger: o.Logger,
+	})
+	if err != nil {
+		return ph, nil, err
+	}
+	var (
+		mu  sync.Mutex
+		lat []time.Duration
+	)
+	p.Stats().Observe(func(t processor.TxnObservation) {
+		if t.Result == "committed" {
+			mu.Lock()
+			lat = append(lat, t.Duration)
+			mu.Unlock()
+		}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- p.Run(runCtx) }()
+	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
+	ph.Elapsed = time.Since(start)
+	stop()
+	if waitErr != nil {
+		if errors.Is(waitErr, errStopped) {
+			return ph, nil, fmt.Errorf("bench: pipeline stopped: %w", errors.Unwrap(waitErr))
+		}
+		<-done
+		return ph, nil, fmt.Errorf("bench: pipeline: %w", waitErr)
+	}
+	if err := <-done; err != nil {
+		return ph, nil, fmt.Errorf("bench: pipeline: %w", err)
+	}
+	s := p.Stats()
+	got := make(map[string]int64, len(Outcomes))
+	for _, oc := range Outcomes {
+		got[oc] = s.Outcome(oc)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	ph.Records = want // caught up: every input record was consumed in a committed transaction
+	ph.Txns, ph.Aborted = int64(len(lat)), s.Transactions("aborted")
+	ph.P50, ph.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	return ph, got, nil
+}
+
+// Rules are the projection rules of the tests and the demo.
+func Rules() projection.Rules {
+	return projection.Rules{
+		"CaseOpened": projection.Merge, "CaseUpdated": projection.Merge,
+		"CaseEscalated": projection.Merge, "CaseClosed": projection.Delete,
+	}
+}
+
+var errStopped = errors.New("stopped before catching up")
+
+// waitCaughtUp polls until group has committed the end offset of every
+// partition of topic, or the loop (done) returns first.
+func waitCaughtUp(ctx context.Context, brokers []string, group, topic string, done <-chan error) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return err
+	}
+	if err := ends.Error(); err != nil {
+		return err
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				err = errors.New("returned")
+			}
+			return fmt.Errorf("%w: %w", errStopped, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			continue
+		}
+		behind := false
+		ends.Each(func(e kadm.ListedOffset) {
+			c, ok := committed.Lookup(e.Topic, e.Partition)
+			if e.Offset > 0 && (!ok || c.At < e.Offset) {
+				behind = true
+			}
+		})
+		if !behind {
+			return nil
+		}
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(p*float64(len(s)-1))]
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// peakRSS is the process's VmHWM in bytes (0 when unknown).
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// resetPeakRSS resets VmHWM to the current RSS (Linux ≥ 4.0).
+func resetPeakRSS() bool {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
