@@ -60,7 +60,7 @@ func loadFixture(b *testing.B) *dedupFixture {
 		for i := 0; i < benchStored; i += 10_000 {
 			txn := st.NewTxn()
 			for j := i; j < i+10_000; j++ {
-				fixture.d.Mark(txn, fixture.prefix, benchID(2*j), benchFP(2*j), benchNow)
+				fixture.d.Mark(txn, nil, fixture.prefix, benchID(2*j), benchFP(2*j), benchNow)
 			}
 			if fixture.err = txn.Commit(); fixture.err != nil {
 				return
@@ -96,7 +96,7 @@ func BenchmarkDedupCheck(b *testing.B) {
 			txn = f.st.NewTxn()
 		}
 		k := i % probes
-		v, err := f.d.Check(txn, f.prefix, ids[k], fps[k], benchNow)
+		v, err := f.d.Check(txn, nil, f.prefix, ids[k], fps[k], benchNow)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -130,14 +130,14 @@ func BenchmarkDedupCheckMarkCommit(b *testing.B) {
 	txn := f.st.NewTxn()
 	i := 0
 	for b.Loop() {
-		v, err := f.d.Check(txn, f.prefix, ids[i], fps[i], benchNow)
+		v, err := f.d.Check(txn, nil, f.prefix, ids[i], fps[i], benchNow)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if v != dedup.New {
 			b.Fatalf("verdict %v for a new id", v)
 		}
-		f.d.Mark(txn, f.prefix, ids[i], fps[i], benchNow)
+		f.d.Mark(txn, nil, f.prefix, ids[i], fps[i], benchNow)
 		if i++; i == txnSize {
 			if err := txn.Commit(); err != nil {
 				b.Fatal(err)

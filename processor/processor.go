@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/projection"
@@ -31,8 +32,13 @@ type Processor struct {
 // held events and when their gap opened. It is derived from Pebble on every
 // restore and updated only by commit hooks, so it is never ahead of Kafka.
 type taskState struct {
-	gaps map[gapKey]time.Time
+	gaps   map[gapKey]time.Time
+	sweep  *dedup.Sweeper
+	filter *dedup.Filter // ids marked in this task (superset: may include aborted marks)
 }
+
+// sweepChunk bounds the dedup entries one transaction examines for expiry.
+const sweepChunk = 20000
 
 type gapKey struct{ projection, aggregate string }
 
@@ -89,8 +95,21 @@ type pipeline Processor
 
 func (h *pipeline) Restored(t *eos.Task) error {
 	ts := &taskState{gaps: make(map[gapKey]time.Time)}
-	t.Data = ts
 	p := (*Processor)(h)
+	if old, ok := t.Data.(*taskState); ok {
+		ts.sweep = old.sweep // a pass in progress survives a re-restore
+		ts.filter = old.filter
+	} else {
+		ts.sweep = p.cfg.Dedup.NewSweeper(p.cfg.Now())
+	}
+	if ts.filter == nil || t.RestoredRecords > 0 {
+		f, err := dedup.BuildFilter(p.cfg.Store.Scan, t.Prefix)
+		if err != nil {
+			return err
+		}
+		ts.filter = f
+	}
+	t.Data = ts
 	heldPrefix := append(append([]byte(nil), t.Prefix...), projection.KindHeld)
 	kv := storeKV{p.cfg.Store}
 	err := p.cfg.Store.Scan(heldPrefix, func(k, _ []byte) error {
@@ -137,7 +156,22 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 			return err
 		}
 	}
-	return nil
+	var err error
+	p.loop.Tasks(func(t *eos.Task) {
+		ts, ok := t.Data.(*taskState)
+		if !ok || err != nil {
+			return
+		}
+		if ts.filter.Full() {
+			// Rebuild larger from what is committed; marks staged since
+			// are re-added as this transaction marks them anyway.
+			if ts.filter, err = dedup.BuildFilter(p.cfg.Store.Scan, t.Prefix); err != nil {
+				return
+			}
+		}
+		_, err = p.cfg.Dedup.Sweep(ts.sweep, b.Txn, t.Prefix, b.Now, sweepChunk)
+	})
+	return err
 }
 
 func (h *pipeline) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {

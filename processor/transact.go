@@ -45,7 +45,8 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	}
 	fp := ev.Fingerprint()
 	id := dedup.MakeID(ev.TenantID, ev.EventID)
-	verdict, err := p.cfg.Dedup.Check(b.Txn, t.Prefix, id, fp, b.Now)
+	ts := t.Data.(*taskState)
+	verdict, err := p.cfg.Dedup.Check(b.Txn, ts.filter, t.Prefix, id, fp, b.Now)
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 			}
 		}
 	}
-	p.cfg.Dedup.Mark(b.Txn, t.Prefix, id, fp, b.Now)
+	p.cfg.Dedup.Mark(b.Txn, ts.filter, t.Prefix, id, fp, b.Now)
 	if len(matched) == 0 {
 		tl.add("", "filtered") // no projection takes this aggregate type
 		return nil

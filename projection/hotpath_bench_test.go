@@ -63,14 +63,14 @@ func BenchmarkPerEventPath(b *testing.B) {
 		}
 		fp := ev.Fingerprint()
 		id := dedup.MakeID(ev.TenantID, ev.EventID)
-		v, err := d.Check(txn, prefix, id, fp, benchNow)
+		v, err := d.Check(txn, nil, prefix, id, fp, benchNow)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if v != dedup.New {
 			b.Fatalf("verdict %v", v)
 		}
-		d.Mark(txn, prefix, id, fp, benchNow)
+		d.Mark(txn, nil, prefix, id, fp, benchNow)
 		step, err := g.Offer(txn, prefix, &ev, projection.Source{Offset: int64(n), Value: val}, benchNow)
 		if err != nil {
 			b.Fatal(err)

@@ -2,7 +2,6 @@ package projection
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -58,51 +57,4 @@ func (r Rules) Apply(state []byte, ev *Event) (Result, error) {
 	default:
 		return Result{Keep: true}, nil
 	}
-}
-
-// MergePatch applies an RFC 7386 merge patch to a JSON object document and
-// returns the result with object members in sorted order (so equal states are
-// equal bytes). Numbers keep their original spelling.
-func MergePatch(doc, patch []byte) ([]byte, error) {
-	var target any
-	if len(doc) > 0 {
-		if err := unmarshal(doc, &target); err != nil {
-			return nil, fmt.Errorf("projection: state: %w", err)
-		}
-	}
-	var p any
-	if err := unmarshal(patch, &p); err != nil {
-		return nil, fmt.Errorf("projection: payload: %w", err)
-	}
-	out, err := json.Marshal(mergeValue(target, p))
-	if err != nil {
-		return nil, fmt.Errorf("projection: encode state: %w", err)
-	}
-	return out, nil
-}
-
-func unmarshal(b []byte, v *any) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	return d.Decode(v)
-}
-
-// mergeValue is RFC 7386 MergePatch(Target, Patch).
-func mergeValue(target, patch any) any {
-	pm, ok := patch.(map[string]any)
-	if !ok {
-		return patch
-	}
-	tm, ok := target.(map[string]any)
-	if !ok {
-		tm = make(map[string]any, len(pm))
-	}
-	for k, v := range pm {
-		if v == nil {
-			delete(tm, k)
-			continue
-		}
-		tm[k] = mergeValue(tm[k], v)
-	}
-	return tm
 }

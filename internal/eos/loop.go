@@ -48,6 +48,10 @@ type Task struct {
 	Prefix []byte
 	// Data is the handler's per-task state.
 	Data any
+	// RestoredRecords is how many changelog records the latest restore
+	// wrote into the store for this task (a reset of local state counts as
+	// one): 0 means the store did not change.
+	RestoredRecords int
 
 	verified bool
 	since    time.Time
@@ -72,7 +76,7 @@ type Config struct {
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
 	// Expired drops changelog records on restore (expired dedup entries).
-	Expired func(changelogKey []byte, now time.Time) bool
+	Expired func(changelogKey, value []byte, now time.Time) bool
 	Logger  *slog.Logger
 	Now     func() time.Time
 	Hooks   *Hooks

@@ -130,9 +130,11 @@ func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 			if !ok || !ok2 || lo.Err != nil {
 				return fmt.Errorf("eos: restore %s: changelog partition %s/%d: %v", t.ID, topic, t.ID.Partition, lo.Err)
 			}
-			if err := r.restoreTask(ctx, t.ID, topic, lo.Offset, hw.Offset); err != nil {
+			n, err := r.restoreTask(ctx, t.ID, topic, lo.Offset, hw.Offset)
+			if err != nil {
 				return err
 			}
+			t.RestoredRecords = n
 			if err := l.h.Restored(t); err != nil {
 				return err
 			}
@@ -174,13 +176,14 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 	}
 }
 
-func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end, hwm int64) error {
+func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end, hwm int64) (int, error) {
 	p := r.l
 	st := p.cfg.Store
 	from, err := st.ChangelogOffset(id)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	reset := 0
 	if from > hwm {
 		// Our cache reflects offsets the changelog does not have: it was
 		// deleted and recreated. The changelog is the truth, so drop the
@@ -190,15 +193,16 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 		// last stable offset back.)
 		p.cfg.Logger.Warn("local state is ahead of the changelog; discarding it", "task", id.String(), "stored", from, "changelogEnd", hwm)
 		if err := st.Reset(id); err != nil {
-			return err
+			return 0, err
 		}
 		from = 0
+		reset = 1 // the store changed even if nothing is read back
 	}
 	if from >= end {
-		return nil
+		return reset, nil
 	}
 	start := time.Now()
-	n := 0
+	n := reset
 	r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
 	defer r.cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
 	next := from
@@ -210,7 +214,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 		fs := r.cl.PollRecords(pctx, restoreChunk)
 		cancel()
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) {
@@ -219,7 +223,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			}
 		})
 		if ferr != nil {
-			return fmt.Errorf("eos: restore %s: %w", id, ferr)
+			return 0, fmt.Errorf("eos: restore %s: %w", id, ferr)
 		}
 		got := 0
 		fs.EachRecord(func(rec *kgo.Record) {
@@ -231,7 +235,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			if rec.Attrs.IsControl() {
 				return
 			}
-			if p.cfg.Expired != nil && p.cfg.Expired(rec.Key, now) {
+			if p.cfg.Expired != nil && p.cfg.Expired(rec.Key, rec.Value, now) {
 				return
 			}
 			chunk = append(chunk, state.Record{Key: rec.Key, Value: rec.Value})
@@ -243,13 +247,13 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			// record to read. Silence means the broker is not serving it:
 			// fail loudly rather than call a partial restore complete.
 			if time.Since(lastProgress) > restoreStall {
-				return fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, next, end, restoreStall)
+				return 0, fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, next, end, restoreStall)
 			}
 			continue
 		}
 		lastProgress = time.Now()
 		if err := st.Restore(id, chunk, next); err != nil {
-			return err
+			return 0, err
 		}
 		p.stats.addRestored(len(chunk))
 		chunk = chunk[:0]
@@ -257,5 +261,5 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 	if n > 0 {
 		p.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
 	}
-	return nil
+	return n, nil
 }

@@ -81,12 +81,16 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is the memtable size; 0 means 32 MiB.
 	MemTableBytes uint64
+	// CachedValues bounds the in-memory cache of committed values (hot
+	// aggregates read every few events); 0 means 262144, negative disables.
+	CachedValues int
 }
 
 // Store is the Pebble database. It is safe for concurrent readers; writes go
 // through Txn.Commit or Restore, which the processor's loop owns.
 type Store struct {
-	db *pebble.DB
+	db    *pebble.DB
+	cache *valueCache
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -117,7 +121,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, cache: newValueCache(o.CachedValues)}, nil
 }
 
 // Close closes the database. It is idempotent.
@@ -135,6 +139,9 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	if s.db == nil {
 		return nil, false, ErrClosed
 	}
+	if v, ok := s.cache.get(key); ok {
+		return v, true, nil
+	}
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
@@ -144,6 +151,7 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	}
 	out := append([]byte(nil), v...)
 	closer.Close()
+	s.cache.put(string(key), out)
 	return out, true, nil
 }
 
@@ -163,10 +171,15 @@ func (s *Store) ChangelogOffset(t Task) (int64, error) {
 // Scan calls fn for every stored key with the given prefix, in key order.
 // The slices are only valid during the call.
 func (s *Store) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	return s.scanFrom(prefix, prefix, fn)
+}
+
+// scanFrom scans the keys with prefix that are ≥ from.
+func (s *Store) scanFrom(prefix, from []byte, fn func(key, value []byte) error) error {
 	if s.db == nil {
 		return ErrClosed
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("state: scan: %w", err)
 	}
@@ -193,6 +206,7 @@ func (s *Store) DeleteRange(start, end []byte) error {
 	if s.db == nil {
 		return ErrClosed
 	}
+	s.cache.clear()
 	if err := s.db.DeleteRange(start, end, pebble.Sync); err != nil {
 		return fmt.Errorf("state: delete range: %w", err)
 	}
@@ -214,6 +228,7 @@ func (s *Store) Reset(t Task) error {
 	if err := b.Delete(offsetKey(t), nil); err != nil {
 		return fmt.Errorf("state: reset %s: %w", t, err)
 	}
+	s.cache.clear()
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("state: reset %s: %w", t, err)
 	}
@@ -255,6 +270,7 @@ func (s *Store) Restore(t Task, recs []Record, next int64) error {
 	if err := b.Set(offsetKey(t), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}
+	s.cache.clear()
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}

@@ -96,7 +96,13 @@ func (t *Txn) Commit() error {
 		}
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
+		t.s.cache.clear() // unknown what landed
 		return fmt.Errorf("state: commit: %w", err)
+	}
+	for k, w := range t.writes {
+		// Only refresh what reads brought in: write-once keys (dedup
+		// marks) would otherwise evict the hot aggregates.
+		t.s.cache.refresh(k, w.val)
 	}
 	for _, fn := range t.after {
 		fn()
@@ -109,9 +115,14 @@ func (t *Txn) Commit() error {
 // Pebble overlaid with the staged writes. It is meant for rare, bounded work
 // (draining or expiring one aggregate's held events), not the per-event path.
 func (t *Txn) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	return t.ScanFrom(prefix, prefix, fn)
+}
+
+// ScanFrom is Scan restricted to keys ≥ from (a cursor within the prefix).
+func (t *Txn) ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error {
 	var staged []string
 	for k := range t.writes {
-		if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) {
+		if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) && k >= string(from) {
 			staged = append(staged, k)
 		}
 	}
@@ -128,7 +139,7 @@ func (t *Txn) Scan(prefix []byte, fn func(key, value []byte) error) error {
 		}
 		return nil
 	}
-	err := t.s.Scan(prefix, func(key, value []byte) error {
+	err := t.s.scanFrom(prefix, from, func(key, value []byte) error {
 		if err := emitStaged(string(key), false); err != nil {
 			return err
 		}
