@@ -63,8 +63,15 @@ type Config struct {
 	SessionTimeout     time.Duration // default 45s
 	MaxRecordBytes     int           // envelope size limit, default 1 MiB
 
-	Mode   Mode
-	Logger *slog.Logger
+	Mode Mode
+	// Group overrides the consumer group and transactional-id prefix (default
+	// Name). A rebuild runs under its own group so that it never touches the
+	// live worker's offsets or transactions; Name stays the dedup scope.
+	Group string
+	// StartOffset is where a group with no committed offsets starts (default
+	// the earliest offset; a rebuild --from a time uses AfterMilli).
+	StartOffset *kgo.Offset
+	Logger      *slog.Logger
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 	// Hooks are test seams for fault injection; nil in production.
@@ -81,7 +88,8 @@ type EffectRules interface {
 // Hooks let tests stop the loop at precise points of a transaction.
 type Hooks = eos.Hooks
 
-// ChangelogTopic names the changelog of one input topic.
+// ChangelogTopic names the changelog of one input topic (name is the
+// processor's group).
 func ChangelogTopic(name, input string) string { return name + "." + input + ".changelog" }
 
 func (c *Config) applyDefaults() {
@@ -108,6 +116,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Group == "" {
+		c.Group = c.Name
 	}
 	if c.Dedup == nil {
 		c.Dedup = dedup.NewStore(168 * time.Hour)

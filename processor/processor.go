@@ -60,8 +60,9 @@ func New(cfg Config) (*Processor, error) {
 		outputs = append(outputs, eos.TopicSpec{Name: cfg.EffectsTopic})
 	}
 	p.loop = eos.New(eos.Config{
-		Group: cfg.Name, TransactionalID: p.TransactionalID(), Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
-		Inputs: cfg.Inputs, ChangelogOf: func(in string) string { return ChangelogTopic(cfg.Name, in) },
+		Group: cfg.Group, TransactionalID: p.TransactionalID(), Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
+		Inputs: cfg.Inputs, ChangelogOf: func(in string) string { return ChangelogTopic(cfg.Group, in) },
+		StartOffset:     cfg.StartOffset,
 		DeadLetterTopic: cfg.DeadLetterTopic, OutputTopics: outputs, Partitions: cfg.Partitions,
 		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn,
 		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
@@ -75,7 +76,7 @@ func New(cfg Config) (*Processor, error) {
 func (p *Processor) Stats() *Stats { return p.stats }
 
 // TransactionalID is the stable transactional id of this instance.
-func (p *Processor) TransactionalID() string { return p.cfg.Name + "-" + p.cfg.InstanceID }
+func (p *Processor) TransactionalID() string { return p.cfg.Group + "-" + p.cfg.InstanceID }
 
 // Run consumes until ctx is done or a fatal error occurs. On ctx cancellation
 // it finishes the open transaction (or aborts it), leaves the group and

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -26,6 +27,11 @@ const (
 // process handles one input record.
 func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	tl := p.tally
+	for _, h := range r.Headers {
+		if h.Key == HeaderCommand {
+			return p.command(b, t, r)
+		}
+	}
 	var ev envelope.Event
 	if err := envelope.DecodeInto(r.Value, p.cfg.MaxRecordBytes, &ev); err != nil {
 		reason, msg := "invalid:value", err.Error()
@@ -139,4 +145,51 @@ func (p *Processor) trackGap(b *eos.Batch, t *eos.Task, k gapKey, step projectio
 func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {
 	b.DeadLetter(id, offset, key, value, reason, msg)
 	p.tally.deadLetter(reason)
+}
+
+// HeaderCommand marks an input record that is an operator command, not an
+// event. Commands travel through the input topic (keyed by aggregate id, so
+// they reach the partition that holds the aggregate) and are applied by that
+// partition's owner inside its transaction, in order with the events.
+const HeaderCommand = "projector-command"
+
+// Command is an operator command on the input topic.
+type Command struct {
+	Op         string `json:"op"`                   // "skip-gap"
+	Projection string `json:"projection,omitempty"` // empty: every projection
+	Aggregate  string `json:"aggregate"`
+	Note       string `json:"note,omitempty"`
+}
+
+// command applies an operator command. A command that cannot apply is
+// dead-lettered with the reason, so the operator sees why.
+func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
+	var c Command
+	if err := json.Unmarshal(r.Value, &c); err != nil || c.Op != "skip-gap" || c.Aggregate == "" {
+		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad operator command %q", r.Value))
+		return nil
+	}
+	skipped := 0
+	for _, g := range p.guards {
+		if c.Projection != "" && g.P.Name != c.Projection {
+			continue
+		}
+		step, err := g.Expire(b.Txn, t.Prefix, c.Aggregate, projection.Skip, b.Now)
+		if err != nil {
+			return err
+		}
+		p.tally.addN(g.P.Name, "applied", len(step.Changes))
+		p.emitStep(b, t, g, c.Aggregate, step)
+		p.trackGap(b, t, gapKey{g.P.Name, c.Aggregate}, step)
+		skipped += len(step.Changes)
+		if len(step.Changes) > 0 {
+			p.cfg.Logger.Info("gap skipped by operator", "projection", g.P.Name, "aggregate", c.Aggregate,
+				"from", step.Changes[0].Version, "applied", len(step.Changes), "stillHeld", step.HeldCount, "note", c.Note)
+		}
+	}
+	if skipped == 0 {
+		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:value",
+			fmt.Sprintf("skip-gap: aggregate %q holds no events in %s", c.Aggregate, t.ID))
+	}
+	return nil
 }

@@ -516,3 +516,31 @@ func (p Policy) String() string {
 	}
 	return "wait"
 }
+
+// DecodeSnapshot decodes a stored aggregate record (a changelog value of kind
+// KindAggregate), for tools that read the changelog topic.
+func DecodeSnapshot(v []byte) (Snapshot, error) {
+	st, err := decodeAgg(v)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s := Snapshot{Version: st.version, Deleted: st.deleted, HeldCount: st.heldCount, State: st.doc}
+	if st.heldSince != 0 {
+		s.HeldSince = time.UnixMilli(st.heldSince)
+	}
+	return s, nil
+}
+
+// ParseAggregateKey splits an aggregate record's changelog key (kind byte
+// first) into projection and aggregate.
+func ParseAggregateKey(k []byte) (projection, aggregate string, err error) {
+	if len(k) < 1 || k[0] != KindAggregate {
+		return "", "", errCorrupt
+	}
+	k = k[1:]
+	n, w := binary.Uvarint(k)
+	if w <= 0 || len(k) < w+int(n) {
+		return "", "", errCorrupt
+	}
+	return string(k[w : w+int(n)]), string(k[w+int(n):]), nil
+}

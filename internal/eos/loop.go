@@ -71,6 +71,10 @@ type Config struct {
 	OutputTopics []TopicSpec
 	Partitions   int32 // for missing inputs
 
+	// StartOffset is where a group with no committed offset starts
+	// (default: the earliest offset).
+	StartOffset *kgo.Offset
+
 	Store              *state.Store
 	MaxRecordsPerTxn   int
 	TransactionTimeout time.Duration
@@ -307,6 +311,9 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 		kgo.OnPartitionsLost(l.onRevoked),
 		kgo.RecordPartitioner(newPartitioner(l.changelogTopics())),
 		kgo.ProducerLinger(0),
+	}
+	if l.cfg.StartOffset != nil {
+		opts = append(opts, kgo.ConsumeResetOffset(*l.cfg.StartOffset))
 	}
 	return append(opts, l.cfg.ClientOpts...)
 }
