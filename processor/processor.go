@@ -148,7 +148,7 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 	p := (*Processor)(h)
 	tl := newTally()
 	p.tally = tl
-	b.OnCommit(func() {
+	b.OnCommitted(func() {
 		p.stats.addTally(tl)
 		p.publishGaps()
 	})

@@ -402,6 +402,7 @@ func (s *taskStore) Update(fn func(*Ledger) error) error {
 	s.w.mu.Lock()
 	s.w.requests = append(s.w.requests, r)
 	s.w.mu.Unlock()
+	s.w.loop.Wake()
 	return <-r.reply
 }
 

@@ -102,9 +102,12 @@ type Loop struct {
 	cfg Config
 	h   Handler
 
-	mu      sync.Mutex
-	pending map[state.Task]bool // newly assigned, not yet restored
-	revoked map[state.Task]bool
+	mu         sync.Mutex
+	pending    map[state.Task]bool // newly assigned, not yet restored
+	revoked    map[state.Task]bool
+	pollCancel context.CancelFunc // ends the current poll early (Wake)
+	woken      bool
+	revokes    int // revoke and lost callbacks seen, ever
 
 	tasks map[state.Task]*Task // owned by the loop goroutine
 	stats *Stats
@@ -133,6 +136,18 @@ func New(cfg Config, h Handler) *Loop {
 	}
 	return &Loop{cfg: cfg, h: h, pending: map[state.Task]bool{}, revoked: map[state.Task]bool{},
 		tasks: map[state.Task]*Task{}, stats: cfg.Stats}
+}
+
+// Wake makes the loop stop waiting for records and check Handler.Due now
+// (the executor calls it when a Runner queues a ledger update). Safe from any
+// goroutine.
+func (l *Loop) Wake() {
+	l.mu.Lock()
+	l.woken = true
+	if l.pollCancel != nil {
+		l.pollCancel()
+	}
+	l.mu.Unlock()
 }
 
 // Tasks calls fn for every owned, restored task. Ownership is confirmed
@@ -192,6 +207,7 @@ func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.revokes++
 	for t, parts := range m {
 		for _, part := range parts {
 			id := state.Task{Topic: t, Partition: part}
@@ -215,6 +231,16 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	defer sess.Close()
 	l.sess = sess
+	// Initialise the transactional producer before anything else: this
+	// fences a previous incarnation with our transactional id and aborts the
+	// transaction it left open, so restores do not wait behind it (and an
+	// authentication problem surfaces now, with its cause).
+	initCtx, cancelInit := context.WithTimeout(ctx, l.cfg.TransactionTimeout+l.cfg.SessionTimeout)
+	_, _, err = sess.Client().ProducerID(initCtx)
+	cancelInit()
+	if err != nil {
+		return l.stopping(ctx, fmt.Errorf("eos: initialise transactional id %s: %w", l.cfg.TransactionalID, err))
+	}
 	rc, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(l.cfg.Brokers...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -243,6 +269,12 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.resetSession()
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		l.mu.Lock()
+		if l.woken {
+			cancel() // work arrived since the last poll: do not wait for records
+		}
+		l.woken, l.pollCancel = false, cancel
+		l.mu.Unlock()
 		fetches := sess.PollRecords(pollCtx, l.cfg.MaxRecordsPerTxn)
 		cancel()
 		if fetches.IsClientClosed() {
@@ -357,7 +389,12 @@ type Batch struct {
 	recs    []*kgo.Record
 	dlq     string
 	onAbort []func()
+	last    []func()
 }
+
+// OnCommitted registers fn to run once the transaction committed, after every
+// OnCommit hook (summaries that must see all of the transaction's updates).
+func (b *Batch) OnCommitted(fn func()) { b.last = append(b.last, fn) }
 
 // OnAbort registers fn to run if the transaction does not commit (aborted,
 // failed, or the loop stopped with it open).
@@ -377,10 +414,21 @@ func (b *Batch) Produce(r *kgo.Record) { b.recs = append(b.recs, r) }
 // written (never after an abort).
 func (b *Batch) OnCommit(fn func()) { b.Txn.AfterCommit(fn) }
 
+// MaxDeadLetterBytes bounds the original key and value copied into a dead
+// letter: a record the broker accepted on the input may exceed what it (or the
+// producer) accepts on the dead-letter topic, and a dead letter that cannot be
+// produced would jam its partition. Larger originals are truncated, and the
+// header projector-original-bytes gives their size; projector-source still
+// locates the whole record.
+const MaxDeadLetterBytes = 512 << 10
+
+// HeaderOriginalBytes is set on a dead letter whose original was truncated.
+const HeaderOriginalBytes = "projector-original-bytes"
+
 // DeadLetter produces the original record to the dead-letter topic with the
 // reason headers.
 func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reason, msg string) {
-	b.recs = append(b.recs, &kgo.Record{
+	r := &kgo.Record{
 		Topic: b.dlq,
 		Key:   key,
 		Value: value,
@@ -389,5 +437,16 @@ func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reaso
 			{Key: HeaderError, Value: []byte(msg)},
 			{Key: HeaderSource, Value: []byte(id.Topic + "/" + strconv.Itoa(int(id.Partition)) + "/" + strconv.FormatInt(offset, 10))},
 		},
-	})
+	}
+	if len(key)+len(value) > MaxDeadLetterBytes {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalBytes,
+			Value: []byte(strconv.Itoa(len(key)) + "/" + strconv.Itoa(len(value)))})
+		if len(key) > MaxDeadLetterBytes/4 {
+			r.Key = key[:MaxDeadLetterBytes/4]
+		}
+		if len(value) > MaxDeadLetterBytes-len(r.Key) {
+			r.Value = value[:MaxDeadLetterBytes-len(r.Key)]
+		}
+	}
+	b.recs = append(b.recs, r)
 }

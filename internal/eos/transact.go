@@ -3,6 +3,7 @@ package eos
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -19,7 +20,9 @@ const endTimeoutHeadroom = 10 * time.Second
 // handler's due work. It returns an error only when the loop must stop.
 func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now time.Time) error {
 	start := time.Now()
-	l.needReset = false // this transaction's End clears the session's flag
+	l.mu.Lock()
+	revokes := l.revokes
+	l.mu.Unlock()
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("eos: begin transaction: %w", err)
 	}
@@ -102,7 +105,7 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 			return err
 		}
 	}
-	committed, err := sess.End(ctx, kgo.TryCommit)
+	committed, err := l.end(ctx, sess, fetches.NumRecords() > 0, revokes)
 	if err != nil {
 		return l.endError(err)
 	}
@@ -128,8 +131,34 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 		return fmt.Errorf("eos: state commit after Kafka commit: %w", err)
 	}
 	written = true
+	for _, fn := range b.last {
+		fn()
+	}
 	l.stats.addTxn("committed", time.Since(start))
+	if l.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		l.cfg.Logger.Debug("transaction committed", "records", fetches.NumRecords(), "produced", len(b.recs), "took", time.Since(start))
+	}
 	return nil
+}
+
+// end commits the transaction if it can. With consumed records it is the
+// session's End, which commits their offsets and aborts on any rebalance.
+// Without (ledger updates, gap expiry) it ends the transaction directly: the
+// session's End would, having committed no offsets, hold its lock for 500 ms
+// after the commit (its pre-KIP-447 safety delay) and stall the next
+// transaction. The rebalance guard is kept: any revoke since Begin aborts.
+func (l *Loop) end(ctx context.Context, sess *kgo.GroupTransactSession, consumed bool, revokesAtBegin int) (bool, error) {
+	if consumed {
+		l.needReset = false // End clears the session's revoked flag
+		return sess.End(ctx, kgo.TryCommit)
+	}
+	l.mu.Lock()
+	revoked := l.revokes != revokesAtBegin
+	l.mu.Unlock()
+	if err := sess.Client().EndTransaction(ctx, kgo.TransactionEndTry(!revoked)); err != nil {
+		return false, err
+	}
+	return !revoked, nil
 }
 
 // abort ends the open transaction with an abort, best effort.

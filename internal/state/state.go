@@ -35,6 +35,22 @@ import (
 // ErrClosed is returned by operations on a closed Store.
 var ErrClosed = errors.New("state: store closed")
 
+// ErrFatal reports that Pebble failed in a way it cannot recover from (a WAL
+// write or sync failed: I/O error, disk full). The store must not be used
+// again; the process stops and, on restart, restores from the changelog what
+// this store lost. Nothing is lost: Pebble is never ahead of Kafka.
+var ErrFatal = errors.New("state: fatal storage error")
+
+// contain turns Pebble's fatal panic (its Logger.Fatalf) during a write into
+// ErrFatal, so that the loop stops with an error instead of the process
+// crashing mid-flight; the store is then unusable.
+func (s *Store) contain(err *error) {
+	if r := recover(); r != nil {
+		s.broken = true
+		*err = fmt.Errorf("%w: %v", ErrFatal, r)
+	}
+}
+
 // Task names one input partition, the unit that owns state.
 type Task struct {
 	Topic     string
@@ -89,8 +105,9 @@ type Options struct {
 // Store is the Pebble database. It is safe for concurrent readers; writes go
 // through Txn.Commit or Restore, which the processor's loop owns.
 type Store struct {
-	db    *pebble.DB
-	cache *valueCache
+	db     *pebble.DB
+	cache  *valueCache
+	broken bool // a fatal error was contained: Close must not touch Pebble
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -128,6 +145,17 @@ func Open(dir string, o Options) (*Store, error) {
 func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
+	}
+	if s.broken {
+		// Pebble's state is undefined after a fatal error: close it only to
+		// release its files and lock, and report the fatal error.
+		db := s.db
+		s.db = nil
+		func() {
+			defer func() { _ = recover() }()
+			_ = db.Close()
+		}()
+		return ErrFatal
 	}
 	err := s.db.Close()
 	s.db = nil
@@ -247,10 +275,11 @@ func (s *Store) Metrics() *pebble.Metrics {
 // the offset to restore from next time, durably and atomically. A nil value is
 // a tombstone. Keys failing keep (if non-nil) are skipped: the caller filters
 // out state that has expired since it was written.
-func (s *Store) Restore(t Task, recs []Record, next int64) error {
+func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	if s.db == nil {
 		return ErrClosed
 	}
+	defer s.contain(&err)
 	b := s.db.NewBatch()
 	defer b.Close()
 	prefix := t.Prefix()

@@ -73,10 +73,11 @@ func (t *Txn) AfterCommit(fn func()) { t.after = append(t.after, fn) }
 // Commit writes the staged state and changelog offsets to Pebble in one synced
 // batch, then runs the after-commit hooks. Call it only after the Kafka
 // transaction committed (invariant 1).
-func (t *Txn) Commit() error {
+func (t *Txn) Commit() (err error) {
 	if t.s.db == nil {
 		return ErrClosed
 	}
+	defer t.s.contain(&err)
 	b := t.s.db.NewBatch()
 	defer b.Close()
 	for k, w := range t.writes {
