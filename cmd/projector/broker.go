@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+
+	"github.com/projector-dev/projector/internal/broker"
+)
+
+// runBroker is `projector broker`: the embedded, persistent, single-node
+// Kafka-compatible broker (kfake) in its own process, until SIGTERM/SIGINT.
+// It is for development, demos and the soak test (which kills workers with
+// SIGKILL while the broker lives on in another process, and restarts the
+// broker itself under load); production points kafka.brokers at a real
+// cluster.
+//
+// Once listening it prints one line to stdout, "listening on HOST:PORT", so
+// that a parent process can wait for it.
+func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("broker", pflag.ContinueOnError)
+	dir := fs.String("dir", "", "directory persisting the broker's log (required: the broker survives restarts)")
+	listen := fs.String("listen", "127.0.0.1:9092", "host:port to listen on (port 0 picks a free port)")
+	partitions := fs.Int("partitions", 4, "partitions of auto-created topics")
+	syncWrites := fs.Bool("sync", false, "fsync every produced batch (slower; survives power loss, not only process death)")
+	if err := parse(fs, args, stdout, "  projector broker --dir ./data/broker --listen 127.0.0.1:9092 --partitions 4"); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return usageError{"broker: --dir is required"}
+	}
+	if *partitions <= 0 {
+		return usageError{fmt.Sprintf("broker: --partitions must be ≥ 1, got %d", *partitions)}
+	}
+	b, err := broker.Start(broker.Options{Dir: *dir, Listen: *listen, Partitions: *partitions, SyncWrites: *syncWrites})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "listening on %s\n", b.Addr())
+	fmt.Fprintf(stderr, "projector broker: embedded single-node broker (development, demos, tests) on %s, data in %s; SIGTERM to stop\n", b.Addr(), *dir)
+	<-ctx.Done()
+	b.Close() // persists the log to dir
+	return nil
+}
