@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -53,6 +55,7 @@ type App struct {
 	Registry *prometheus.Registry
 	Metrics  *metrics.Metrics
 	admin    *kgo.Client
+	sasl     *SASLWatch
 }
 
 // Role selects what a process runs.
@@ -164,6 +167,8 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.sasl = &SASLWatch{}
+	copts = append(copts, kgo.WithHooks(a.sasl))
 	a.Registry = prometheus.NewRegistry()
 	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	hook, err := metrics.KafkaClientHooks(a.Registry)
@@ -315,7 +320,29 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return a.sasl.Explain(&a.Config.Kafka, errors.Join(errs...))
+}
+
+// SASLWatch notices a failed SASL exchange. Real brokers answer bad
+// credentials with SASL_AUTHENTICATION_FAILED, which the client reports by
+// name; some (kfake among them) close the connection instead, which the
+// client reports as a bare EOF. Add it to a client with kgo.WithHooks.
+type SASLWatch struct{ failed atomic.Bool }
+
+// OnBrokerE2E implements kgo.HookBrokerE2E.
+func (w *SASLWatch) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e kgo.BrokerE2E) {
+	if key == int16(kmsg.SASLAuthenticate) && e.Err() != nil {
+		w.failed.Store(true)
+	}
+}
+
+// Explain wraps err with the cause when a SASL exchange failed.
+func (w *SASLWatch) Explain(k *config.Kafka, err error) error {
+	if err == nil || w == nil || !w.failed.Load() || k.SASL == nil {
+		return err
+	}
+	return fmt.Errorf("SASL authentication failed (mechanism %s, user %q): the broker rejected the credentials "+
+		"(check kafka.sasl.username and kafka.sasl.password): %w", k.SASL.Mechanism, k.SASL.Username, err)
 }
 
 // Close stops what New started. It is idempotent.

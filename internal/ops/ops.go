@@ -1,0 +1,523 @@
+// Package ops reads the processor's committed state for operator commands
+// (gaps, inspect) and sends operator commands to the processor.
+//
+// Invariants:
+//
+//   - Tools never open the worker's Pebble store (a running worker holds its
+//     lock, and Pebble may lag Kafka). They read the compacted changelog
+//     topics, read_committed, from the start to the last stable offset at the
+//     time of the call, and keep the last value per key: exactly what a
+//     restore would put into Pebble. The result is the committed state; an
+//     open transaction's writes are never seen.
+//   - Tools never write state. A change (skip-gap) is a command record on the
+//     input topic, applied by the partition's owner inside its transaction,
+//     in order with the events, and recorded in the changelog like any other
+//     change.
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/projection"
+)
+
+// ErrNoChangelog reports that no changelog topic of the processor exists.
+var ErrNoChangelog = errors.New("ops: no changelog topic")
+
+// ErrStall reports a changelog read that stopped making progress.
+var ErrStall = errors.New("ops: changelog read stalled")
+
+// Target names the changelogs to read.
+type Target struct {
+	Brokers    []string
+	ClientOpts []kgo.Opt // TLS, SASL
+	Group      string    // the processor's group (its name for the live worker)
+	Inputs     []string
+	// Stall bounds how long a read may see no record before ErrStall
+	// (default 30s).
+	Stall time.Duration
+}
+
+// Query selects what a read keeps. Zero values select everything.
+type Query struct {
+	Projection string
+	Aggregate  string
+	// States keeps state documents; without it they are dropped to bound
+	// memory when every aggregate is read.
+	States bool
+	// Partitions restricts the read to these input partitions (by input
+	// topic); nil reads every partition.
+	Partitions map[string][]int32
+}
+
+// Aggregate is one (projection, aggregate) as the changelog has it.
+type Aggregate struct {
+	Projection string    `json:"projection"`
+	Aggregate  string    `json:"aggregate"`
+	Input      string    `json:"input"`
+	Partition  int32     `json:"partition"`
+	Found      bool      `json:"found"` // the guard has a record (events were applied or held)
+	Version    int64     `json:"version"`
+	Deleted    bool      `json:"deleted"`
+	HeldSince  time.Time `json:"heldSince,omitzero"`
+	// State is the state document (Query.States); nil when deleted or
+	// never set.
+	State json.RawMessage `json:"state,omitempty"`
+	// Held are the events waiting behind a gap, by version. Entries at or
+	// below Version (leftovers the guard drops on its next skip) are not
+	// listed.
+	Held []Held `json:"held"`
+}
+
+// Held is one held event.
+type Held struct {
+	Version   int64     `json:"version"`
+	EventID   string    `json:"eventId"`
+	EventType string    `json:"eventType"`
+	Since     time.Time `json:"since"`
+	Offset    int64     `json:"offset"` // of the original record on the input partition
+}
+
+// Task is the input partition.
+func (a *Aggregate) Task() string { return a.Input + "/" + strconv.Itoa(int(a.Partition)) }
+
+// Missing lists the versions the held events wait for, as ranges ("2",
+// "4-6").
+func (a *Aggregate) Missing() []string {
+	var out []string
+	prev := a.Version
+	for _, h := range a.Held {
+		switch {
+		case h.Version == prev+2:
+			out = append(out, strconv.FormatInt(prev+1, 10))
+		case h.Version > prev+2:
+			out = append(out, fmt.Sprintf("%d-%d", prev+1, h.Version-1))
+		}
+		prev = h.Version
+	}
+	return out
+}
+
+// State is the result of a read.
+type State struct {
+	// Aggregates in (projection, aggregate, input, partition) order.
+	Aggregates []*Aggregate
+	// Records is how many changelog records were read.
+	Records int
+}
+
+// Gaps returns the aggregates with held events.
+func (s *State) Gaps() []*Aggregate {
+	var out []*Aggregate
+	for _, a := range s.Aggregates {
+		if len(a.Held) > 0 {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// HeldCount is the number of events aggregate holds in projection ("" all)
+// across partitions.
+func (s *State) HeldCount(projection, aggregate string) int {
+	n := 0
+	for _, a := range s.Aggregates {
+		if a.Aggregate == aggregate && (projection == "" || a.Projection == projection) {
+			n += len(a.Held)
+		}
+	}
+	return n
+}
+
+type aggKey struct {
+	projection, aggregate, input string
+	partition                    int32
+}
+
+// Read reads the committed processor state selected by q.
+func Read(ctx context.Context, t Target, q Query) (*State, error) {
+	if t.Stall <= 0 {
+		t.Stall = 30 * time.Second
+	}
+	topics := make(map[string]string, len(t.Inputs)) // changelog → input
+	for _, in := range t.Inputs {
+		topics[processor.ChangelogTopic(t.Group, in)] = in
+	}
+	ends, err := stableEnds(ctx, t, topics, q.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	aggs := map[aggKey]*Aggregate{}
+	held := map[aggKey]map[int64]*Held{}
+	get := func(k aggKey) *Aggregate {
+		a := aggs[k]
+		if a == nil {
+			a = &Aggregate{Projection: k.projection, Aggregate: k.aggregate, Input: k.input, Partition: k.partition}
+			aggs[k] = a
+		}
+		return a
+	}
+	st := &State{}
+	err = consume(ctx, t, ends, func(r *kgo.Record) error {
+		st.Records++
+		if len(r.Key) == 0 {
+			return nil
+		}
+		in := topics[r.Topic]
+		switch r.Key[0] {
+		case projection.KindAggregate:
+			proj, agg, err := projection.ParseAggregateKey(r.Key)
+			if err != nil || !q.selects(proj, agg) {
+				return nil
+			}
+			a := get(aggKey{proj, agg, in, r.Partition})
+			if r.Value == nil { // deleted from state (never written by the guard today)
+				*a = Aggregate{Projection: a.Projection, Aggregate: a.Aggregate, Input: a.Input, Partition: a.Partition}
+				return nil
+			}
+			snap, err := projection.DecodeSnapshot(r.Value)
+			if err != nil {
+				return fmt.Errorf("ops: %s/%d offset %d: aggregate %q of %s: %w", r.Topic, r.Partition, r.Offset, agg, proj, err)
+			}
+			a.Found, a.Version, a.Deleted, a.HeldSince = true, snap.Version, snap.Deleted, snap.HeldSince
+			a.State = nil
+			if q.States && !snap.Deleted && len(snap.State) > 0 {
+				a.State = append(json.RawMessage(nil), snap.State...)
+			}
+		case projection.KindHeld:
+			proj, agg, v, err := projection.ParseHeldKey(r.Key)
+			if err != nil || !q.selects(proj, agg) {
+				return nil
+			}
+			k := aggKey{proj, agg, in, r.Partition}
+			if r.Value == nil {
+				delete(held[k], v)
+				return nil
+			}
+			at, src, err := projection.DecodeHeld(r.Value)
+			if err != nil {
+				return fmt.Errorf("ops: %s/%d offset %d: held event v%d of %q in %s: %w", r.Topic, r.Partition, r.Offset, v, agg, proj, err)
+			}
+			h := &Held{Version: v, Since: at, Offset: src.Offset}
+			var env struct {
+				EventID   string `json:"eventId"`
+				EventType string `json:"eventType"`
+			}
+			if json.Unmarshal(src.Value, &env) == nil {
+				h.EventID, h.EventType = env.EventID, env.EventType
+			}
+			if held[k] == nil {
+				held[k] = map[int64]*Held{}
+			}
+			held[k][v] = h
+			get(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for k, a := range aggs {
+		for _, h := range held[k] {
+			if h.Version > a.Version {
+				a.Held = append(a.Held, *h)
+			}
+		}
+		sort.Slice(a.Held, func(i, j int) bool { return a.Held[i].Version < a.Held[j].Version })
+		if a.Held == nil {
+			a.Held = []Held{}
+		}
+		st.Aggregates = append(st.Aggregates, a)
+	}
+	sort.Slice(st.Aggregates, func(i, j int) bool {
+		a, b := st.Aggregates[i], st.Aggregates[j]
+		if a.Projection != b.Projection {
+			return a.Projection < b.Projection
+		}
+		if a.Aggregate != b.Aggregate {
+			return a.Aggregate < b.Aggregate
+		}
+		if a.Input != b.Input {
+			return a.Input < b.Input
+		}
+		return a.Partition < b.Partition
+	})
+	return st, nil
+}
+
+func (q Query) selects(proj, agg string) bool {
+	return (q.Projection == "" || q.Projection == proj) && (q.Aggregate == "" || q.Aggregate == agg)
+}
+
+// stableEnds returns, per changelog partition that has committed records,
+// the range [start, last stable offset) to read.
+func stableEnds(ctx context.Context, t Target, topics map[string]string, only map[string][]int32) (map[string]map[int32][2]int64, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(t.Brokers...)}, t.ClientOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	names := make([]string, 0, len(topics))
+	for tp := range topics {
+		names = append(names, tp)
+	}
+	sort.Strings(names)
+	starts, err := adm.ListStartOffsets(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("ops: list start offsets of %s: %w", strings.Join(names, ", "), err)
+	}
+	var missing []string
+	for _, tp := range names {
+		ps, ok := starts[tp]
+		unknown := !ok
+		for _, o := range ps {
+			if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+				unknown = true
+			} else if o.Err != nil {
+				return nil, fmt.Errorf("ops: list start offsets of %s: %w", tp, o.Err)
+			}
+		}
+		if unknown {
+			missing = append(missing, tp)
+			delete(starts, tp)
+		}
+	}
+	if len(missing) == len(names) {
+		return nil, fmt.Errorf("%w: %s (has processor %q run against these brokers?)", ErrNoChangelog, strings.Join(missing, ", "), t.Group)
+	}
+	names = slices.DeleteFunc(names, func(tp string) bool { return slices.Contains(missing, tp) })
+	lsos, err := adm.ListCommittedOffsets(ctx, names...)
+	if err == nil {
+		err = lsos.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: list stable offsets of %s: %w", strings.Join(names, ", "), err)
+	}
+	out := map[string]map[int32][2]int64{}
+	lsos.Each(func(o kadm.ListedOffset) {
+		if only != nil && !contains(only[topics[o.Topic]], o.Partition) {
+			return
+		}
+		s, ok := starts.Lookup(o.Topic, o.Partition)
+		if !ok || o.Offset <= s.Offset {
+			return
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32][2]int64{}
+		}
+		out[o.Topic][o.Partition] = [2]int64{s.Offset, o.Offset}
+	})
+	return out, nil
+}
+
+func contains(ps []int32, p int32) bool {
+	for _, x := range ps {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// consume reads each partition in ends from its start to its end, committed
+// records only, in offset order per partition.
+func consume(ctx context.Context, t Target, ends map[string]map[int32][2]int64, fn func(*kgo.Record) error) error {
+	if len(ends) == 0 {
+		return nil
+	}
+	offsets := map[string]map[int32]kgo.Offset{}
+	left := 0
+	for tp, ps := range ends {
+		offsets[tp] = map[int32]kgo.Offset{}
+		for p, r := range ps {
+			offsets[tp][p] = kgo.NewOffset().At(r[0])
+			left++
+		}
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(t.Brokers...),
+		kgo.ConsumePartitions(offsets),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// A committed range ends with a transaction marker: keeping the
+		// markers is what lets the read see that it reached the end.
+		kgo.KeepControlRecords(),
+	}, t.ClientOpts...)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	done := map[string]map[int32]bool{}
+	last := time.Now()
+	for left > 0 {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ferr error
+		fs.EachError(func(tp string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
+				ferr = fmt.Errorf("ops: read %s/%d: %w", tp, p, err)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+		got := false
+		var rerr error
+		fs.EachRecord(func(r *kgo.Record) {
+			rng, ok := ends[r.Topic][r.Partition]
+			if rerr != nil || !ok || done[r.Topic][r.Partition] || r.Offset >= rng[1] {
+				return
+			}
+			got = true
+			if !r.Attrs.IsControl() {
+				rerr = fn(r)
+			}
+			if r.Offset+1 >= rng[1] {
+				if done[r.Topic] == nil {
+					done[r.Topic] = map[int32]bool{}
+				}
+				done[r.Topic][r.Partition] = true
+				left--
+			}
+		})
+		if rerr != nil {
+			return rerr
+		}
+		if got {
+			last = time.Now()
+		} else if time.Since(last) > t.Stall {
+			return fmt.Errorf("%w: no record for %s with %d partitions still to read", ErrStall, t.Stall, left)
+		}
+	}
+	return nil
+}
+
+// Sent is where a command record landed.
+type Sent struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+func (s Sent) String() string { return fmt.Sprintf("%s/%d@%d", s.Topic, s.Partition, s.Offset) }
+
+// SkipGap produces a skip-gap command for aggregate. Each destination is an
+// input topic and a partition; a partition < 0 means "by key", Kafka's
+// default key partitioner (murmur2), which is where a well-keyed producer put
+// the aggregate's events.
+func SkipGap(ctx context.Context, brokers []string, opts []kgo.Opt, cmd processor.Command, dests []Sent) ([]Sent, error) {
+	cmd.Op = "skip-gap"
+	if cmd.Aggregate == "" {
+		return nil, errors.New("ops: skip-gap needs an aggregate")
+	}
+	val, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	byKey := kgo.StickyKeyPartitioner(nil)
+	part := kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		tp := byKey.ForTopic(topic)
+		return func(r *kgo.Record, n int) int {
+			if want, ok := r.Context.Value(partitionKey{}).(int32); ok && want >= 0 {
+				return min(int(want), n-1) // checked above
+			}
+			return tp.Partition(r, n)
+		}
+	})
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(part)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	// Check the partitions first: a command must never land elsewhere.
+	var topics []string
+	for _, d := range dests {
+		topics = append(topics, d.Topic)
+	}
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("ops: describe %s: %w", strings.Join(topics, ", "), err)
+	}
+	for _, d := range dests {
+		t, ok := td[d.Topic]
+		if !ok {
+			return nil, fmt.Errorf("ops: input topic %s does not exist", d.Topic)
+		}
+		if t.Err != nil {
+			return nil, fmt.Errorf("ops: input topic %s: %w", d.Topic, t.Err)
+		}
+		if d.Partition >= int32(len(t.Partitions)) {
+			return nil, fmt.Errorf("ops: %s has no partition %d", d.Topic, d.Partition)
+		}
+	}
+	var recs []*kgo.Record
+	for _, d := range dests {
+		recs = append(recs, &kgo.Record{
+			Topic: d.Topic, Key: []byte(cmd.Aggregate), Value: val,
+			Headers: []kgo.RecordHeader{{Key: processor.HeaderCommand, Value: []byte(cmd.Op)}},
+			Context: context.WithValue(ctx, partitionKey{}, d.Partition),
+		})
+	}
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		return nil, fmt.Errorf("ops: produce skip-gap command: %w", err)
+	}
+	// Results come in completion order; the records themselves are in ours.
+	out := make([]Sent, 0, len(recs))
+	for i, r := range recs {
+		if want := dests[i].Partition; want >= 0 && r.Partition != want {
+			return nil, fmt.Errorf("ops: %s has no partition %d", r.Topic, want)
+		}
+		out = append(out, Sent{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
+	}
+	return out, nil
+}
+
+type partitionKey struct{}
+
+// Worker describes the consumer group of the processor.
+type Worker struct {
+	State   string // Stable, Empty, Dead, …
+	Members int
+}
+
+// Running reports whether the group has members.
+func (w Worker) Running() bool { return w.Members > 0 }
+
+// DescribeWorker describes the processor's consumer group.
+func DescribeWorker(ctx context.Context, brokers []string, opts []kgo.Opt, group string) (Worker, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		return Worker{}, err
+	}
+	defer cl.Close()
+	gs, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		return Worker{}, fmt.Errorf("ops: describe group %s: %w", group, err)
+	}
+	g, ok := gs[group]
+	if !ok {
+		return Worker{State: "Dead"}, nil
+	}
+	if g.Err != nil {
+		return Worker{}, fmt.Errorf("ops: describe group %s: %w", group, g.Err)
+	}
+	return Worker{State: g.State, Members: len(g.Members)}, nil
+}
