@@ -1,0 +1,154 @@
+package rebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// partition is one input partition's range for this run.
+type partition struct {
+	topic     string
+	partition int32
+	start     int64 // where this run starts: the committed offset, else the reset point
+	end       int64 // the end offset captured at start
+	at        int64 // the group's committed offset now (start until it commits)
+}
+
+// positions track the rebuild group against the end offsets taken at start.
+type positions struct {
+	group   string
+	topics  []string
+	parts   []*partition
+	resumed bool // some partition had a committed offset at start
+}
+
+// capture lists the inputs' end offsets (last stable offsets: what a
+// read_committed consumer reaches) and where the group starts on each
+// partition: its committed offset, or, without one, the earliest offset or the
+// first offset at or after from.
+func capture(ctx context.Context, adm *kadm.Client, group string, topics []string, from time.Time) (*positions, error) {
+	ends, err := adm.ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: end offsets of %v: %w", topics, err)
+	}
+	for _, t := range topics {
+		ps, ok := ends[t]
+		if !ok {
+			return nil, fmt.Errorf("rebuild: input topic %s does not exist", t)
+		}
+		for _, o := range ps {
+			if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+				return nil, fmt.Errorf("rebuild: input topic %s does not exist", t)
+			}
+			if o.Err != nil {
+				return nil, fmt.Errorf("rebuild: end offset of %s/%d: %w", t, o.Partition, o.Err)
+			}
+		}
+	}
+	committed, err := fetchCommitted(ctx, adm, group, topics)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: committed offsets of group %s: %w", group, err)
+	}
+	var resets kadm.ListedOffsets
+	if from.IsZero() {
+		resets, err = adm.ListStartOffsets(ctx, topics...)
+	} else {
+		resets, err = adm.ListOffsetsAfterMilli(ctx, from.UnixMilli(), topics...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: start offsets of %v: %w", topics, err)
+	}
+	pos := &positions{group: group, topics: topics}
+	var errs []error
+	ends.Each(func(e kadm.ListedOffset) {
+		p := &partition{topic: e.Topic, partition: e.Partition, end: e.Offset, start: -1}
+		if c, ok := committed.Lookup(e.Topic, e.Partition); ok && c.Err == nil && c.At >= 0 {
+			p.start = c.At
+			pos.resumed = true
+		} else if r, ok := resets.Lookup(e.Topic, e.Partition); ok && r.Err == nil && r.Offset >= 0 {
+			p.start = r.Offset
+		} else {
+			errs = append(errs, fmt.Errorf("rebuild: no start offset for %s/%d", e.Topic, e.Partition))
+		}
+		p.at = p.start
+		pos.parts = append(pos.parts, p)
+	})
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	sort.Slice(pos.parts, func(i, j int) bool {
+		a, b := pos.parts[i], pos.parts[j]
+		if a.topic != b.topic {
+			return a.topic < b.topic
+		}
+		return a.partition < b.partition
+	})
+	return pos, nil
+}
+
+// poll reads the group's committed offsets.
+func (p *positions) poll(ctx context.Context, adm *kadm.Client) error {
+	committed, err := fetchCommitted(ctx, adm, p.group, p.topics)
+	if err != nil {
+		return err
+	}
+	for _, pt := range p.parts {
+		if c, ok := committed.Lookup(pt.topic, pt.partition); ok && c.Err == nil && c.At > pt.at {
+			pt.at = c.At
+		}
+	}
+	return nil
+}
+
+// done reports whether every partition reached its end offset.
+func (p *positions) done() bool {
+	for _, pt := range p.parts {
+		if pt.at < pt.end {
+			return false
+		}
+	}
+	return true
+}
+
+// total is the records between the start and the end offsets.
+func (p *positions) total() int64 {
+	var n int64
+	for _, pt := range p.parts {
+		n += max(pt.end-pt.start, 0)
+	}
+	return n
+}
+
+// progress is the part of total already behind the committed offsets.
+func (p *positions) progress() int64 {
+	var n int64
+	for _, pt := range p.parts {
+		n += min(max(pt.at-pt.start, 0), max(pt.end-pt.start, 0))
+	}
+	return n
+}
+
+// consumed is how many input offsets the group committed past the start.
+func (p *positions) consumed() int64 {
+	var n int64
+	for _, pt := range p.parts {
+		n += max(pt.at-pt.start, 0)
+	}
+	return n
+}
+
+// fetchCommitted returns the group's committed offsets; a group that does
+// not exist yet has none (some brokers answer GROUP_ID_NOT_FOUND).
+func fetchCommitted(ctx context.Context, adm *kadm.Client, group string, topics []string) (kadm.OffsetResponses, error) {
+	committed, err := adm.FetchOffsetsForTopics(ctx, group, topics...)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return kadm.OffsetResponses{}, nil
+	}
+	return committed, err
+}

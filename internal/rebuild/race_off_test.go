@@ -1,0 +1,5 @@
+//go:build !race
+
+package rebuild
+
+const raceEnabled = false
