@@ -39,6 +39,12 @@ func commands() []command {
 	return []command{
 		{"demo", "run everything once on an embedded broker with sample data and print a summary", runDemo},
 		{"run", "run the live worker: projector run --config FILE", runRun},
+		{"rebuild", "replay the input into a new projection topic, side effects suppressed", runRebuild},
+		{"diff", "compare two projection topics key by key", runDiff},
+		{"effects", "the side-effect ledger: effects list|show|resolve --config FILE", runEffects},
+		{"gaps", "held aggregates: gaps list|skip --config FILE", runGaps},
+		{"inspect", "one aggregate's guard version, state and held events", runInspect},
+		{"broker", "run the persistent embedded broker (development, demos, soak) until SIGTERM", runBroker},
 		{"bench", "measure the pipeline against the transport floor on an embedded broker", runBench},
 	}
 }

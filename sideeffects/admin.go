@@ -1,0 +1,99 @@
+package sideeffects
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ReadLedger reads the ledger of every effects-topic partition from its
+// changelog (read_committed, up to the end at the time of the call): the
+// running executor holds its Pebble store, and the changelog is the truth
+// anyway. Entries come back sorted by key.
+func ReadLedger(ctx context.Context, opts []kgo.Opt, name, effectsTopic string) ([]Entry, error) {
+	topic := ChangelogTopic(name, effectsTopic)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	cl.Close()
+	if err != nil {
+		return nil, fmt.Errorf("sideeffects: ledger changelog %s: %w", topic, err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	latest := map[string][]byte{}
+	if len(want) > 0 {
+		rc, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		for len(want) > 0 {
+			fs := rc.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("sideeffects: reading %s: %w", topic, err)
+			}
+			var ferr error
+			fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+			if ferr != nil {
+				return nil, fmt.Errorf("sideeffects: reading %s: %w", topic, ferr)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
+					delete(want, r.Partition)
+				}
+				if r.Attrs.IsControl() || len(r.Key) == 0 || r.Key[0] != KeyPrefix {
+					return
+				}
+				latest[string(r.Key[1:])] = r.Value
+			})
+		}
+	}
+	out := make([]Entry, 0, len(latest))
+	for k, v := range latest {
+		if v == nil {
+			continue
+		}
+		e, err := DecodeEntry(v)
+		if err != nil {
+			return nil, fmt.Errorf("sideeffects: ledger entry %q: %w", k, err)
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// SendResolve asks the executor to settle an unknown key: a command record
+// on the effects topic, keyed by the idempotency key so that it reaches the
+// partition (and so the executor) that owns the key's ledger entry, where it
+// is applied inside that executor's transaction.
+func SendResolve(ctx context.Context, opts []kgo.Opt, effectsTopic, key string, as Status, note string) error {
+	if as != Succeeded && as != Failed {
+		return fmt.Errorf("sideeffects: resolve as %s: want succeeded or failed", as)
+	}
+	v, _ := json.Marshal(Command{Op: "resolve", As: as.String(), Note: note})
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	r := &kgo.Record{Topic: effectsTopic, Key: []byte(key), Value: v,
+		Headers: []kgo.RecordHeader{{Key: HeaderCommand, Value: []byte("resolve")}}}
+	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("sideeffects: send resolve for %q: %w", key, err)
+	}
+	return nil
+}
