@@ -319,9 +319,15 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 			}
 		})
 		b.OnAbort(func() {
-			for _, r := range ok {
-				r.reply <- errors.New("sideeffects: ledger transaction aborted")
-			}
+			// The transaction did not commit (a rebalance, an abortable
+			// error): run the updates again in the next one, against the
+			// state as committed. Each update re-reads the ledger, so a
+			// second run decides afresh. Updates of a partition we no
+			// longer own are answered by Revoked.
+			w.mu.Lock()
+			w.requests = append(ok, w.requests...)
+			w.mu.Unlock()
+			w.loop.Wake()
 		})
 	}
 	return nil

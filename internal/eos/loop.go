@@ -229,7 +229,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("eos: session: %w", err)
 	}
-	defer sess.Close()
+	defer l.closeSession(sess)
 	l.sess = sess
 	// Initialise the transactional producer before anything else: this
 	// fences a previous incarnation with our transactional id and aborts the
@@ -311,6 +311,27 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
+// closeWait bounds how long leaving the group may take at shutdown.
+const closeWait = 10 * time.Second
+
+// closeSession leaves the group and closes the client, but gives up after
+// closeWait: a leave waits for a join in progress, and a join waits (up to
+// the rebalance timeout) for members that died without leaving. No
+// transaction is open here, so abandoning the leave loses nothing; the broker
+// drops the member when its session times out.
+func (l *Loop) closeSession(sess *kgo.GroupTransactSession) {
+	done := make(chan struct{})
+	go func() {
+		sess.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		l.cfg.Logger.Warn("leaving the consumer group is taking long (a rebalance waits for dead members); not waiting", "after", closeWait)
+	}
+}
+
 // stopping turns an error caused by shutdown (a restore cut short, say) into
 // a clean stop: no transaction is open at these points, so nothing is lost.
 func (l *Loop) stopping(ctx context.Context, err error) error {
@@ -338,6 +359,11 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.SessionTimeout(l.cfg.SessionTimeout),
+		// A rebalance waits this long for members to rejoin; ours rejoin
+		// between transactions, which never outlast the transaction
+		// timeout. Shorter than kgo's 60 s default, so that a killed member
+		// stalls a rebalance less.
+		kgo.RebalanceTimeout(max(l.cfg.TransactionTimeout+5*time.Second, l.cfg.SessionTimeout)),
 		kgo.OnPartitionsAssigned(l.onAssigned),
 		kgo.OnPartitionsRevoked(l.onRevoked),
 		kgo.OnPartitionsLost(l.onRevoked),
