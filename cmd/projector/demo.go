@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -17,8 +20,10 @@ import (
 	"github.com/projector-dev/projector/configs"
 	"github.com/projector-dev/projector/internal/app"
 	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/rebuild"
 	"github.com/projector-dev/projector/internal/testkit"
 	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/sideeffects"
 )
 
 // sample is one hand-written demo record and the outcome it must get.
@@ -87,6 +92,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.State.Dir = filepath.Join(dir, "state")
 	cfg.Kafka.EmbeddedBroker.Dir = filepath.Join(dir, "broker")
 	cfg.Kafka.MaxRecordsPerTransaction = 1000
+	// The side effects go to a local sink that honours Idempotency-Key. Its
+	// first call for CASE-1's escalation applies the effect and then hangs
+	// past the webhook timeout: an unknown outcome, parked for the operator.
+	sink := newDemoSink(demoUnknownKey)
+	defer sink.Close()
+	for i := range cfg.SideEffects {
+		cfg.SideEffects[i].Webhook.URL = sink.URL
+		cfg.SideEffects[i].OnUnknown = config.OnUnknownPark
+	}
 	a, err := app.New(cfg, app.Options{Logger: log})
 	if err != nil {
 		return err
@@ -174,6 +188,31 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	w.Flush()
 
+	// Side effects of part 1: one SLA-breach email, whose call timed out.
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		return a.Executor.Stats().Effects("sla-breach-email", "unknown") >= 1
+	}); err != nil {
+		return fmt.Errorf("waiting for the side effect: %w", err)
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(a.Brokers...)}
+	fmt.Fprintf(stdout, "\n   Side effects: CASE-1's SLA breach produced intent %q; the sink applied it and then\n   hung past the webhook timeout, so the outcome is unknown and parked (onUnknown: park):\n", demoUnknownKey)
+	if err := printLedger(ctx, w, opts, cfg); err != nil {
+		return err
+	}
+	if err := sideeffects.SendResolve(ctx, opts, cfg.Kafka.EffectsTopic, demoUnknownKey, sideeffects.Succeeded, "the sink confirms it sent the email"); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 30*time.Second, func() bool {
+		return a.Executor.Stats().Effects("sla-breach-email", "resolved") >= 1
+	}); err != nil {
+		return fmt.Errorf("waiting for the resolve: %w", err)
+	}
+	fmt.Fprintf(stdout, "\n   Resolved by hand (what 'projector effects resolve KEY --as succeeded' does):\n")
+	if err := printLedger(ctx, w, opts, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "   The sink received %d request(s) for it and applied it once.\n", sink.requests(demoUnknownKey))
+
 	// Part 2: volume, checked against an independent reference fold.
 	if *bulk > 0 {
 		o := workload.Defaults()
@@ -212,7 +251,38 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "   processed in %s (%.0f records/s, produce included); projection %s:\n   %s\n",
 			took.Round(time.Millisecond), float64(len(brecs))/took.Seconds(), verdict, rep)
 	}
-	fmt.Fprintf(stdout, "\nDone in %s. Side effects and rebuilds join this demo as they land (see README).\n", time.Since(start).Round(100*time.Millisecond))
+	// Side effects of everything so far, then a rebuild from history.
+	enq := a.Processor.Stats().Effects("sla-breach-email", "enqueued")
+	if err := waitFor(ctx, 2*time.Minute, func() bool {
+		es := a.Executor.Stats()
+		return es.Effects("sla-breach-email", "succeeded")+es.Effects("sla-breach-email", "unknown")+es.Effects("sla-breach-email", "duplicate") >= enq
+	}); err != nil {
+		return fmt.Errorf("waiting for the side effects: %w", err)
+	}
+	maxReq := sink.maxRequests()
+	fmt.Fprintf(stdout, "\n3. Side effects: %d intents enqueued, %d keys called, %d applied by the sink; at most %d request(s) per key.\n",
+		enq, sink.keys(), sink.appliedKeys(), maxReq)
+	if maxReq > 1 {
+		mismatch++
+	}
+	before := sink.total()
+	fmt.Fprintf(stdout, "\n4. Rebuilding %s from the start of %s into demo.case-overview.rebuilt (side effects suppressed) ...\n", proj.Name, input)
+	res, err := rebuild.Run(ctx, rebuild.Options{Config: cfg, Projection: proj.Name, Topic: "demo.case-overview.rebuilt", Brokers: a.Brokers, Logger: log})
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	fmt.Fprintf(stdout, "   %d records in %s (%.0f records/s); %d intents suppressed (live enqueued %d); the sink received %d requests from it.\n",
+		res.Records, res.Duration.Round(time.Millisecond), res.Rate(), res.Suppressed["sla-breach-email"], enq, sink.total()-before)
+	rep, err := rebuild.Diff(ctx, rebuild.DiffOptions{Brokers: a.Brokers, A: proj.Topic, B: "demo.case-overview.rebuilt"})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "   projector diff %s demo.case-overview.rebuilt: %d equal, %d different, %d missing\n",
+		proj.Topic, rep.Equal, rep.Different, rep.MissingInA+rep.MissingInB)
+	if !rep.Identical() || sink.total() != before || res.Suppressed["sla-breach-email"] != enq {
+		mismatch++
+	}
+	fmt.Fprintf(stdout, "\nDone in %s.\n", time.Since(start).Round(100*time.Millisecond))
 	if mismatch > 0 {
 		return fmt.Errorf("demo: %d checks did not match", mismatch)
 	}
@@ -232,4 +302,81 @@ func waitFor(ctx context.Context, within time.Duration, cond func() bool) error 
 		}
 	}
 	return nil
+}
+
+// demoUnknownKey is the idempotency key of CASE-1's SLA-breach email.
+const demoUnknownKey = "email:case:CASE-1:sla-breach:v3"
+
+// demoSink is the demo's webhook receiver. It honours Idempotency-Key: a key
+// is applied once; hang makes the first call of one key apply and then stall
+// past the webhook timeout (an unknown outcome).
+type demoSink struct {
+	*httptest.Server
+	mu      sync.Mutex
+	reqs    map[string]int
+	applied map[string]bool
+}
+
+func newDemoSink(hangKey string) *demoSink {
+	s := &demoSink{reqs: map[string]int{}, applied: map[string]bool{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		_, _ = io.Copy(io.Discard, r.Body)
+		s.mu.Lock()
+		s.reqs[key]++
+		n := s.reqs[key]
+		s.applied[key] = true
+		s.mu.Unlock()
+		if key == hangKey && n == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg-%d"}`, n)
+	}))
+	return s
+}
+
+func (s *demoSink) requests(key string) int { s.mu.Lock(); defer s.mu.Unlock(); return s.reqs[key] }
+func (s *demoSink) keys() int               { s.mu.Lock(); defer s.mu.Unlock(); return len(s.reqs) }
+func (s *demoSink) appliedKeys() int        { s.mu.Lock(); defer s.mu.Unlock(); return len(s.applied) }
+func (s *demoSink) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.reqs {
+		n += v
+	}
+	return n
+}
+func (s *demoSink) maxRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := 0
+	for _, v := range s.reqs {
+		m = max(m, v)
+	}
+	return m
+}
+
+// printLedger prints the demo key's ledger entry.
+func printLedger(ctx context.Context, w *tabwriter.Writer, opts []kgo.Opt, cfg *config.Config) error {
+	entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Key != demoUnknownKey {
+			continue
+		}
+		status := e.Status.String()
+		if e.Resolution != nil {
+			status += " (resolved: " + e.Resolution.Note + ")"
+		}
+		fmt.Fprintf(w, "   %s\t%s\tattempts %d\t%s\n", e.Key, e.Effect, e.Attempts, status)
+	}
+	return w.Flush()
 }

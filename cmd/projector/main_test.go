@@ -213,7 +213,9 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 	for _, want := range []string{"applied    12        12", "duplicate  2         2", "invalid    4         4",
-		"CASE-6  (deleted: tombstone)", "gap-timeout", "conflict", "equals the reference fold"} {
+		"CASE-6  (deleted: tombstone)", "gap-timeout", "conflict", "equals the reference fold",
+		"attempts 1  unknown", "succeeded (resolved:", "at most 1 request(s) per key",
+		"the sink received 0 requests from it", "0 different, 0 missing"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
 		}
