@@ -133,6 +133,7 @@ func TestExecutorKill9(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = cmd.Process.Kill() }) // never leave a worker behind a failed test
 			opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 			settled := func() (int, []sideeffects.Entry) {
 				entries, err := sideeffects.ReadLedger(ctx, opts, "kx", "kx.effects")
