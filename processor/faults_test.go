@@ -248,7 +248,10 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 		if step < 3 {
 			e.produce(recs[third*(step+1) : min(third*(step+2), len(recs))])
 		}
-		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+		mu.Lock() // the hooks draw from rng on the workers' goroutines
+		pause := time.Duration(500+rng.IntN(1500)) * time.Millisecond
+		mu.Unlock()
+		time.Sleep(pause)
 	}
 	e.waitCaughtUp(4 * time.Minute)
 	aborts := int64(0)

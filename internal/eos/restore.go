@@ -60,8 +60,21 @@ func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) err
 			ts = append(ts, t)
 		}
 	})
+	// Idle tasks: once the group has fetched a task's committed offset, any
+	// transaction of a previous owner has resolved (KIP-447 stable offsets),
+	// so the task can be verified without waiting for records. A partition
+	// the group never committed is verified after the longest a transaction
+	// can stay open.
+	var fetched map[string]map[int32]kgo.EpochOffset
+	if l.sess != nil {
+		fetched = l.sess.Client().CommittedOffsets()
+	}
 	for id, t := range l.tasks {
-		if !t.verified && !seen[id] && time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
+		if t.verified || seen[id] {
+			continue
+		}
+		_, ok := fetched[id.Topic][id.Partition]
+		if ok || time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
 			ts = append(ts, t)
 		}
 	}
