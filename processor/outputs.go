@@ -1,13 +1,13 @@
 package processor
 
 import (
-	"github.com/projector-dev/projector/internal/jsonenc"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/jsonenc"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects"
 )

@@ -3,11 +3,13 @@ package sideeffects
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/topicread"
 )
 
 // ReadLedger reads the ledger of every effects-topic partition from its
@@ -16,50 +18,14 @@ import (
 // anyway. Entries come back sorted by key.
 func ReadLedger(ctx context.Context, opts []kgo.Opt, name, effectsTopic string) ([]Entry, error) {
 	topic := ChangelogTopic(name, effectsTopic)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
-	cl.Close()
-	if err != nil {
-		return nil, fmt.Errorf("sideeffects: ledger changelog %s: %w", topic, err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil && o.Offset > 0 {
-			want[o.Partition] = o.Offset
+	latest := map[string][]byte{}
+	err := topicread.Committed(ctx, opts, topic, func(r *kgo.Record) {
+		if len(r.Key) > 0 && r.Key[0] == KeyPrefix {
+			latest[string(r.Key[1:])] = r.Value
 		}
 	})
-	latest := map[string][]byte{}
-	if len(want) > 0 {
-		rc, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-		if err != nil {
-			return nil, err
-		}
-		defer rc.Close()
-		for len(want) > 0 {
-			fs := rc.PollFetches(ctx)
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("sideeffects: reading %s: %w", topic, err)
-			}
-			var ferr error
-			fs.EachError(func(_ string, _ int32, err error) { ferr = err })
-			if ferr != nil {
-				return nil, fmt.Errorf("sideeffects: reading %s: %w", topic, ferr)
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-					delete(want, r.Partition)
-				}
-				if r.Attrs.IsControl() || len(r.Key) == 0 || r.Key[0] != KeyPrefix {
-					return
-				}
-				latest[string(r.Key[1:])] = r.Value
-			})
-		}
+	if err != nil && !errors.Is(err, topicread.ErrNoTopic) {
+		return nil, fmt.Errorf("sideeffects: ledger changelog %s: %w", topic, err)
 	}
 	out := make([]Entry, 0, len(latest))
 	for k, v := range latest {

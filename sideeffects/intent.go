@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/projector-dev/projector/internal/jsonenc"
 	"strconv"
 
 	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/internal/jsonenc"
 	"github.com/projector-dev/projector/projection"
 )
 

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/topicread"
 )
 
 // DefaultDiffMax is how many non-equal keys a DiffReport lists by default.
@@ -318,66 +318,17 @@ func Diff(ctx context.Context, o DiffOptions) (*DiffReport, error) {
 // offsets at the time of the call and returns the last entry per key and the
 // number of records read.
 func ReadLatest(ctx context.Context, brokers []string, copts []kgo.Opt, topic string) (map[string]Entry, int, error) {
-	base := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, copts...)
-	cl, err := kgo.NewClient(base...)
-	if err != nil {
-		return nil, 0, err
-	}
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
-	cl.Close()
-	if err != nil {
-		return nil, 0, fmt.Errorf("rebuild: end offsets of %s: %w", topic, err)
-	}
-	want := map[int32]int64{}
-	var errs []error
-	ends.Each(func(o kadm.ListedOffset) {
-		switch {
-		case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
-			errs = append(errs, fmt.Errorf("%w: %s", ErrNoTopic, topic))
-		case o.Err != nil:
-			errs = append(errs, fmt.Errorf("rebuild: end offset of %s/%d: %w", topic, o.Partition, o.Err))
-		case o.Offset > 0:
-			want[o.Partition] = o.Offset
-		}
-	})
-	if _, ok := ends[topic]; !ok && len(errs) == 0 {
-		errs = append(errs, fmt.Errorf("%w: %s", ErrNoTopic, topic))
-	}
-	if len(errs) > 0 {
-		return nil, 0, errors.Join(errs...)
-	}
 	out := map[string]Entry{}
-	if len(want) == 0 {
-		return out, 0, nil
-	}
-	// Control records are kept so that a partition ending in a commit marker
-	// is recognised as read to its end.
-	rc, err := kgo.NewClient(append(base, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rc.Close()
 	n := 0
-	for len(want) > 0 {
-		fs := rc.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, 0, fmt.Errorf("rebuild: read %s: %w", topic, ctx.Err())
-		}
-		for _, fe := range fs.Errors() {
-			if fe.Err != nil && !errors.Is(fe.Err, context.Canceled) {
-				return nil, 0, fmt.Errorf("rebuild: read %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
-			}
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-			if !r.Attrs.IsControl() {
-				n++
-				out[string(r.Key)] = entryOf(r.Value)
-			}
-		})
+	err := topicread.Committed(ctx, append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, copts...), topic, func(r *kgo.Record) {
+		n++
+		out[string(r.Key)] = entryOf(r.Value)
+	})
+	if errors.Is(err, topicread.ErrNoTopic) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNoTopic, topic)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("rebuild: %w", err)
 	}
 	return out, n, nil
 }

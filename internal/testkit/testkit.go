@@ -7,6 +7,7 @@ package testkit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/topicread"
 	"github.com/projector-dev/projector/internal/workload"
 )
 
@@ -101,48 +103,12 @@ func WaitCaughtUp(ctx context.Context, brokers []string, group string, topics ..
 // ReadAll reads every committed record of topic (read_committed), up to the
 // end offsets at the time of the call.
 func ReadAll(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return nil, err
-	}
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
-	cl.Close()
-	if err != nil {
-		return nil, err
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-		}
-	})
-	if len(want) == 0 {
+	var out []*kgo.Record
+	err := topicread.Committed(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, func(r *kgo.Record) { out = append(out, r) })
+	if errors.Is(err, topicread.ErrNoTopic) {
 		return nil, nil
 	}
-	rc, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	var out []*kgo.Record
-	for len(want) > 0 {
-		fs := rc.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("testkit: read %s: %w", topic, ctx.Err())
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-		})
-	}
-	return out, nil
+	return out, err
 }
 
 // ProjectionValue is the contract's projection record.
