@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -138,6 +139,11 @@ type workerTask struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	ledger []byte // ledger prefix (the task prefix)
+	// revoked is set when the partition is revoked: from then on this
+	// runner's updates are refused, even those it makes while winding down,
+	// so that it can never race the partition's next runner (here or on
+	// another instance) over the same ledger entries.
+	revoked atomic.Bool
 }
 
 // NewWorker validates cfg and returns a worker; call Run once.
@@ -257,7 +263,9 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 		defer w.stats.track(r, false)
 		defer close(wt.done)
 		if err := r.Run(ctx); err != nil && !errors.Is(err, ErrRevoked) && ctx.Err() == nil {
-			w.cfg.Logger.Error("side-effect runner stopped", "partition", t.ID.Partition, "err", err)
+			// Its partition's keys wait until the partition is assigned
+			// again (a restart or a rebalance): say so loudly.
+			w.cfg.Logger.Error("side-effect runner stopped; its partition executes nothing until reassigned", "partition", t.ID.Partition, "err", err)
 		}
 	}()
 	return nil
@@ -265,6 +273,7 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 
 func (h *workerHandler) Revoked(t *eos.Task) {
 	if wt, ok := t.Data.(*workerTask); ok {
+		wt.revoked.Store(true)
 		wt.cancel()
 	}
 	w := (*Worker)(h)
@@ -304,6 +313,10 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 	w.mu.Unlock()
 	var ok []*request
 	for _, r := range reqs {
+		if wt, _ := r.task.Data.(*workerTask); wt != nil && wt.revoked.Load() {
+			r.reply <- ErrRevoked
+			continue
+		}
 		ov := newOverlay(b.Txn)
 		if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
 			r.reply <- err
@@ -404,6 +417,9 @@ type taskStore struct {
 }
 
 func (s *taskStore) Update(fn func(*Ledger) error) error {
+	if wt, ok := s.task.Data.(*workerTask); ok && wt.revoked.Load() {
+		return ErrRevoked
+	}
 	r := &request{task: s.task, fn: fn, reply: make(chan error, 1)}
 	s.w.mu.Lock()
 	s.w.requests = append(s.w.requests, r)

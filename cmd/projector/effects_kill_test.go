@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -125,7 +126,9 @@ func TestExecutorKill9(t *testing.T) {
 				_ = cmd.Wait()
 			}
 			// A last run to completion, stopped cleanly.
-			cmd := exec.Command(binary, "run", "--config", cfg, "--log-level", "warn")
+			cmd := exec.Command(binary, "run", "--config", cfg, "--log-level", "info")
+			lastLog := &syncWriter{b: &bytes.Buffer{}}
+			cmd.Stderr = lastLog
 			if os.Getenv("PROJECTOR_TEST_LOG") != "" {
 				cmd = exec.Command(binary, "run", "--config", cfg, "--log-level", "debug")
 				cmd.Stderr = os.Stderr
@@ -161,7 +164,7 @@ func TestExecutorKill9(t *testing.T) {
 					for _, e := range entries {
 						byStatus[e.Status.String()]++
 					}
-					t.Fatalf("%d of %d keys settled after the last run; ledger: %v (%d entries)", done, len(keys), byStatus, len(entries))
+					t.Fatalf("%d of %d keys settled after the last run; ledger: %v (%d entries); last run's log:\n%s", done, len(keys), byStatus, len(entries), lastLog.String())
 				}
 				time.Sleep(300 * time.Millisecond)
 			}
