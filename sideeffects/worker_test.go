@@ -209,10 +209,10 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	for _, e := range ledger {
 		again = append(again, workload.Record{Key: []byte(e.Key), Value: e.Intent})
 	}
+	before := ws().Effects("sla-email", "duplicate")
 	if err := testkit.Produce(context.Background(), brokers, "fx.effects", again); err != nil {
 		t.Fatal(err)
 	}
-	before := ws().Effects("sla-email", "duplicate")
 	waitFor(t, time.Minute, "redelivered intents to be seen", func() bool {
 		return ws().Effects("sla-email", "duplicate") >= before+int64(len(again))
 	})
