@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // TopicPartition names one partition.
@@ -47,6 +48,11 @@ func (k *KafkaLag) Lag(ctx context.Context) (map[TopicPartition]int64, error) {
 		return nil, fmt.Errorf("metrics: lag: end offsets: %w", err)
 	}
 	committed, err := k.adm.FetchOffsetsForTopics(ctx, k.group, k.topics...)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// The group has not committed yet (first start): everything from
+		// the start offsets is lag.
+		committed, err = kadm.OffsetResponses{}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("metrics: lag: committed offsets of group %s: %w", k.group, err)
 	}
