@@ -116,14 +116,36 @@ func TestExecutorKill9(t *testing.T) {
 			dir := t.TempDir()
 			cfg := writeConfig(t, fmt.Sprintf(killConfig, b.Addr(), filepath.Join(dir, "state"), srv.URL, policy))
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+			total := func() int {
+				rcv.mu.Lock()
+				defer rcv.mu.Unlock()
+				n := 0
+				for _, c := range rcv.requests {
+					n += c
+				}
+				return n
+			}
+			landed := 0
 			for k := 0; k < kills; k++ {
 				cmd := exec.Command(binary, "run", "--config", cfg, "--log-level", "warn")
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(time.Duration(800+rng.IntN(1500)) * time.Millisecond)
+				// Kill while calls are in flight: wait for this life's first
+				// requests (each takes 150-300 ms), then strike at once.
+				before, deadline := total(), time.Now().Add(30*time.Second)
+				for total() == before && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if total() > before {
+					landed++
+				}
+				time.Sleep(time.Duration(20+rng.IntN(80)) * time.Millisecond)
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				_ = cmd.Wait()
+			}
+			if landed == 0 {
+				t.Fatal("no life made a call before its kill")
 			}
 			// A last run to completion, stopped cleanly.
 			cmd := exec.Command(binary, "run", "--config", cfg, "--log-level", "info")
