@@ -70,13 +70,11 @@ func NewMemStore() *MemStore { return &MemStore{KV: NewMemKV()} }
 func (s *MemStore) Update(fn func(*Ledger) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tx := &memTxn{base: s.KV, writes: make(map[string][]byte)}
+	tx := newOverlay(s.KV)
 	if err := fn(NewLedger(tx, s.Prefix)); err != nil {
 		return err
 	}
-	for k, v := range tx.writes {
-		s.KV.Set([]byte(k), v)
-	}
+	tx.merge()
 	return nil
 }
 
@@ -84,46 +82,5 @@ func (s *MemStore) Update(fn func(*Ledger) error) error {
 func (s *MemStore) View(fn func(*Ledger) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fn(NewLedger(&memTxn{base: s.KV, writes: make(map[string][]byte)}, s.Prefix))
-}
-
-// memTxn overlays staged writes on a MemKV (read-your-writes).
-type memTxn struct {
-	base   *MemKV
-	writes map[string][]byte
-}
-
-func (t *memTxn) Get(key []byte) ([]byte, bool, error) {
-	if v, ok := t.writes[string(key)]; ok {
-		return v, true, nil
-	}
-	return t.base.Get(key)
-}
-
-func (t *memTxn) Set(key, val []byte) { t.writes[string(key)] = append([]byte(nil), val...) }
-
-func (t *memTxn) Scan(prefix []byte, fn func(key, value []byte) error) error {
-	merged := make(map[string][]byte)
-	if err := t.base.Scan(prefix, func(k, v []byte) error {
-		merged[string(k)] = v
-		return nil
-	}); err != nil {
-		return err
-	}
-	for k, v := range t.writes {
-		if strings.HasPrefix(k, string(prefix)) {
-			merged[k] = v
-		}
-	}
-	keys := make([]string, 0, len(merged))
-	for k := range merged {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if err := fn([]byte(k), merged[k]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return fn(NewLedger(newOverlay(s.KV), s.Prefix))
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -439,54 +438,4 @@ func (r readOnly) Get(k []byte) ([]byte, bool, error) { return r.s.Get(k) }
 func (readOnly) Set(_, _ []byte)                      { panic("sideeffects: View must not write") }
 func (r readOnly) Scan(p []byte, fn func(k, v []byte) error) error {
 	return r.s.Scan(p, fn)
-}
-
-// overlay stages one update on top of the transaction so that a failing
-// update can be dropped whole.
-type overlay struct {
-	parent *state.Txn
-	writes map[string][]byte
-}
-
-func newOverlay(p *state.Txn) *overlay { return &overlay{parent: p, writes: map[string][]byte{}} }
-
-func (o *overlay) Get(k []byte) ([]byte, bool, error) {
-	if v, ok := o.writes[string(k)]; ok {
-		return v, true, nil
-	}
-	return o.parent.Get(k)
-}
-
-func (o *overlay) Set(k, v []byte) { o.writes[string(k)] = v }
-
-func (o *overlay) Scan(prefix []byte, fn func(k, v []byte) error) error {
-	merged := map[string][]byte{}
-	if err := o.parent.Scan(prefix, func(k, v []byte) error {
-		merged[string(k)] = append([]byte(nil), v...)
-		return nil
-	}); err != nil {
-		return err
-	}
-	for k, v := range o.writes {
-		if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) {
-			merged[k] = v
-		}
-	}
-	keys := make([]string, 0, len(merged))
-	for k := range merged {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if err := fn([]byte(k), merged[k]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (o *overlay) merge() {
-	for k, v := range o.writes {
-		o.parent.Set([]byte(k), v)
-	}
 }
