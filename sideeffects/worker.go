@@ -352,7 +352,7 @@ func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error 
 	wt, _ := t.Data.(*workerTask)
 	for _, hd := range r.Headers {
 		if hd.Key == HeaderCommand {
-			return w.command(b, t, l, r)
+			return w.command(b, t, r)
 		}
 	}
 	in, err := ParseIntent(r.Value)
@@ -382,7 +382,7 @@ func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error 
 	return nil
 }
 
-func (w *Worker) command(b *eos.Batch, t *eos.Task, l *Ledger, r *kgo.Record) error {
+func (w *Worker) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	var c Command
 	if err := json.Unmarshal(r.Value, &c); err != nil || c.Op != "resolve" {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad command: %s", r.Value))
@@ -405,7 +405,6 @@ func (w *Worker) command(b *eos.Batch, t *eos.Task, l *Ledger, r *kgo.Record) er
 		w.stats.add(e.Effect, "resolved")
 		w.cfg.Logger.Info("side effect resolved by operator", "key", e.Key, "as", c.As, "note", c.Note)
 	})
-	_ = l
 	return nil
 }
 

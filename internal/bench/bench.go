@@ -388,7 +388,6 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 		kgo.ConsumerGroup(name),
 		kgo.ConsumeTopics(input),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
 		kgo.SessionTimeout(45*time.Second),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerLinger(0),

@@ -356,8 +356,10 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 		kgo.TransactionTimeout(l.cfg.TransactionTimeout),
 		kgo.ConsumerGroup(l.cfg.Group),
 		kgo.ConsumeTopics(l.cfg.Inputs...),
+		// KIP-447 stable offset fetches are always on in franz-go ≥ 1.22
+		// (RequireStableFetchOffsets is a no-op): a new owner's offset fetch
+		// waits for a previous owner's pending transaction.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
 		kgo.SessionTimeout(l.cfg.SessionTimeout),
 		// A rebalance waits this long for members to rejoin; ours rejoin
 		// between transactions, which never outlast the transaction
