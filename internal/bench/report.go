@@ -7,18 +7,20 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/projector-dev/projector/internal/humanize"
 )
 
 // Print writes the result as tables.
 func (r *Result) Print(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "projector bench: %s events over %s aggregates; %s duplicates, %s reordered, %s late gaps, %s stale, %s conflicts, %s invalid; seed %d\n",
-		group(int64(o.Events)), group(int64(o.Aggregates)), pct(o.Duplicates), pct(o.Reorder), pct(o.LateGaps), pct(o.Stale), pct(o.Conflicts), pct(o.Invalid), o.Seed)
+		humanize.Thousands(int64(o.Events)), humanize.Thousands(int64(o.Aggregates)), pct(o.Duplicates), pct(o.Reorder), pct(o.LateGaps), pct(o.Stale), pct(o.Conflicts), pct(o.Invalid), o.Seed)
 	where := "embedded broker (kfake, log on disk) in this process"
 	if !r.Embedded {
 		where = "external brokers " + strings.Join(o.Brokers, ",")
 	}
-	fmt.Fprintf(w, "input: %s records on %d partitions, up to %d records per transaction; %s\n", group(r.Input), o.Partitions, o.Batch, where)
+	fmt.Fprintf(w, "input: %s records on %d partitions, up to %d records per transaction; %s\n", humanize.Thousands(r.Input), o.Partitions, o.Batch, where)
 	fmt.Fprintf(w, "setup (not timed): generated in %s, produced in %s\n\n", r.Generate.Round(time.Millisecond), r.Produce.Round(time.Millisecond))
 
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -29,8 +31,8 @@ func (r *Result) Print(w io.Writer) {
 			if ph.Name == "pipeline" {
 				ratio = fmt.Sprintf("%.3f", run.Ratio())
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", i+1, ph.Name, group(ph.Records),
-				ph.Elapsed.Round(time.Millisecond), group(int64(ph.Rate())), ph.Txns, ph.Aborted,
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", i+1, ph.Name, humanize.Thousands(ph.Records),
+				ph.Elapsed.Round(time.Millisecond), humanize.Thousands(int64(ph.Rate())), ph.Txns, ph.Aborted,
 				ms(ph.P50), ms(ph.P99), ratio)
 		}
 	}
@@ -94,24 +96,4 @@ func mib(b int64) string {
 		return "unknown"
 	}
 	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 0, 64) + " MiB"
-}
-
-// group formats n with thousands separators.
-func group(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }

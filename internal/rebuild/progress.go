@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/projector-dev/projector/internal/humanize"
 )
 
 // ProgressMode selects how progress is shown.
@@ -131,7 +133,7 @@ func (p *Progress) begin(label string, pos *positions, now time.Time) {
 		from = "resuming from the group's committed offsets"
 	}
 	fmt.Fprintf(p.out, "%s: %s records on %d partitions to the end offsets taken now (%s)\n",
-		label, group3(pos.total()), len(pos.parts), from)
+		label, humanize.Thousands(pos.total()), len(pos.parts), from)
 	if p.mode == ProgressBar {
 		p.draw(pos, now)
 	}
@@ -190,7 +192,7 @@ func (p *Progress) rate() float64 {
 // status is "45.2%  123,456/273,000 records  52,340 records/s  ETA 3s".
 func (p *Progress) status(pos *positions, now time.Time, eta bool) string {
 	done, total := pos.progress(), pos.total()
-	s := fmt.Sprintf("%5.1f%%  %s/%s records  %s records/s", percent(done, total), group3(done), group3(total), group3(int64(p.rate())))
+	s := fmt.Sprintf("%5.1f%%  %s/%s records  %s records/s", percent(done, total), humanize.Thousands(done), humanize.Thousands(total), humanize.Thousands(int64(p.rate())))
 	if eta {
 		s += "  ETA " + p.eta(done, total)
 	} else {
@@ -219,9 +221,9 @@ func (p *Progress) eta(done, total int64) string {
 func (p *Progress) draw(pos *positions, now time.Time) {
 	done, total := pos.progress(), pos.total()
 	// Fixed-width fields keep the bar's length steady as the numbers change.
-	tot := group3(total)
-	tail := fmt.Sprintf(" %5.1f%%  %*s/%s  %9s/s  ETA %-6s", percent(done, total), len(tot), group3(done), tot,
-		group3(int64(p.rate())), p.eta(done, total))
+	tot := humanize.Thousands(total)
+	tail := fmt.Sprintf(" %5.1f%%  %*s/%s  %9s/s  ETA %-6s", percent(done, total), len(tot), humanize.Thousands(done), tot,
+		humanize.Thousands(int64(p.rate())), p.eta(done, total))
 	w := 80
 	if p.Width != nil {
 		if n := p.Width(); n > 0 {
@@ -249,26 +251,6 @@ func percent(done, total int64) float64 {
 		return 100
 	}
 	return math.Min(100, 100*float64(done)/float64(total))
-}
-
-// group3 writes n with thousands separators.
-func group3(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }
 
 // fmtDuration rounds to what a person reads: 850ms, 12s, 3m04s, 2h05m.

@@ -106,11 +106,6 @@ func TestParseProgressMode(t *testing.T) {
 }
 
 func TestFormatting(t *testing.T) {
-	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234: "-1,234"} {
-		if got := group3(in); got != want {
-			t.Errorf("group3(%d) = %s", in, got)
-		}
-	}
 	for in, want := range map[time.Duration]string{850 * time.Millisecond: "850ms", 12 * time.Second: "12s",
 		184 * time.Second: "3m04s", 2*time.Hour + 5*time.Minute: "2h05m"} {
 		if got := fmtDuration(in); got != want {
