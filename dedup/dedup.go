@@ -82,17 +82,18 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // ID is the hashed dedup identity of one event within a task.
 type ID [16]byte
 
-// MakeID hashes (tenantId, eventId) unambiguously.
+// MakeID hashes (tenantId, eventId) unambiguously (length-prefixed tenant).
+// It runs once per event: the input is assembled on the stack for ids of
+// ordinary length, so the common case does not allocate.
 func MakeID(tenant, eventID string) ID {
-	h := sha256.New()
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(tenant)))
-	h.Write(n[:])
-	h.Write([]byte(tenant))
-	h.Write([]byte(eventID))
-	var sum [32]byte
+	var stack [256]byte
+	buf := stack[:0]
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(tenant)))
+	buf = append(buf, tenant...)
+	buf = append(buf, eventID...)
+	sum := sha256.Sum256(buf)
 	var id ID
-	copy(id[:], h.Sum(sum[:0]))
+	copy(id[:], sum[:])
 	return id
 }
 

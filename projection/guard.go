@@ -496,15 +496,8 @@ func (g *Guard) Inspect(kv KV, taskPrefix []byte, aggregate string) (Snapshot, b
 	if err != nil || !ok {
 		return Snapshot{}, ok, err
 	}
-	st, err := decodeAgg(v)
-	if err != nil {
-		return Snapshot{}, false, err
-	}
-	s := Snapshot{Version: st.version, Deleted: st.deleted, HeldCount: st.heldCount, State: st.doc}
-	if st.heldSince != 0 {
-		s.HeldSince = time.UnixMilli(st.heldSince)
-	}
-	return s, true, nil
+	s, err := DecodeSnapshot(v)
+	return s, err == nil, err
 }
 
 func (p Policy) String() string {

@@ -19,8 +19,6 @@
 package projection
 
 import (
-	"fmt"
-
 	"github.com/projector-dev/projector/internal/envelope"
 )
 
@@ -85,14 +83,4 @@ func (p *Projection) Accepts(aggregateType string) bool {
 		}
 	}
 	return false
-}
-
-// GapError describes a gap: the guard has version Have and was offered Got.
-type GapError struct {
-	Projection, Aggregate string
-	Have, Got             int64
-}
-
-func (e *GapError) Error() string {
-	return fmt.Sprintf("projection %s: aggregate %s: have version %d, got %d", e.Projection, e.Aggregate, e.Have, e.Got)
 }

@@ -155,16 +155,39 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	}
 	a2, stop2 := runApp(t, cfg)
 	defer stop2()
-	sawNotReady := !a2.Ready()
+	// Sample readiness until ready: it must be false while partitions are
+	// assigned but their state is still being restored, and never true
+	// before the restore is complete.
+	type sample struct {
+		assigned, ready bool
+		restored        int64
+	}
+	var samples []sample
+	st := a2.Processor.Stats()
 	deadline := time.Now().Add(time.Minute)
-	for !a2.Ready() {
+	for {
+		smp := sample{assigned: len(st.Assigned()) > 0, restored: st.Restored(), ready: a2.Ready()}
+		samples = append(samples, smp)
+		if smp.ready {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("never ready after the restore")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
-	if !sawNotReady {
-		t.Error("ready before the state was restored")
+	final := st.Restored()
+	notReadyWhileRestoring := false
+	for _, smp := range samples {
+		if smp.ready && smp.restored < final {
+			t.Errorf("ready with %d of %d changelog records restored", smp.restored, final)
+		}
+		if smp.assigned && !smp.ready && smp.restored < final {
+			notReadyWhileRestoring = true
+		}
+	}
+	if !notReadyWhileRestoring {
+		t.Error("no sample saw partitions assigned and the restore in progress while not ready")
 	}
 	restored := gauge(t, a2, "projector_restore_records_total", "")
 	if restored == 0 {

@@ -228,19 +228,6 @@ func (s *Store) scanFrom(prefix, from []byte, fn func(key, value []byte) error) 
 	return nil
 }
 
-// DeleteRange removes every key in [start, end) durably. Used for whole-bucket
-// expiry of dedup entries: one range tombstone per bucket.
-func (s *Store) DeleteRange(start, end []byte) error {
-	if s.db == nil {
-		return ErrClosed
-	}
-	s.cache.clear()
-	if err := s.db.DeleteRange(start, end, pebble.Sync); err != nil {
-		return fmt.Errorf("state: delete range: %w", err)
-	}
-	return nil
-}
-
 // Reset deletes every key of the task and its changelog offset in one synced
 // batch: used when the changelog was recreated and local state must go.
 func (s *Store) Reset(t Task) error {
