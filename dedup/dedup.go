@@ -28,6 +28,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -106,6 +107,11 @@ func appendKey(dst, taskPrefix []byte, id ID) []byte {
 	return append(dst, id[:]...)
 }
 
+// keyBufs hold the key of a Check while KV.Get runs: a Get does not keep
+// its key (a *state.Txn copies what it keeps), and a buffer on the stack
+// would escape to the heap through the interface call on every check.
+var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
+
 // live reports whether a stored entry is still inside the retention window.
 func (s *Store) live(v []byte, now time.Time) bool {
 	at := int64(binary.BigEndian.Uint64(v[32:]))
@@ -119,8 +125,11 @@ func (s *Store) Check(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, n
 	if f != nil && !f.MayContain(id) {
 		return New, nil
 	}
-	var key [96]byte
-	v, ok, err := kv.Get(appendKey(key[:0], taskPrefix, id))
+	kb := keyBufs.Get().(*[]byte)
+	key := appendKey((*kb)[:0], taskPrefix, id)
+	v, ok, err := kv.Get(key)
+	*kb = key[:0]
+	keyBufs.Put(kb)
 	if err != nil {
 		return New, fmt.Errorf("dedup: check: %w", err)
 	}
@@ -144,8 +153,11 @@ func (s *Store) Mark(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, no
 	if f != nil {
 		f.Add(id)
 	}
-	k := appendKey(make([]byte, 0, len(taskPrefix)+1+len(id)), taskPrefix, id)
-	v := make([]byte, entryLen)
+	// One allocation for both: KV.Set keeps the value (and may keep the key).
+	n := len(taskPrefix) + 1 + len(id)
+	buf := make([]byte, n+entryLen)
+	k := appendKey(buf[:0:n], taskPrefix, id)
+	v := buf[n:]
 	copy(v, fp[:])
 	binary.BigEndian.PutUint64(v[32:], uint64(now.UnixMilli()))
 	kv.Set(k, v)

@@ -18,6 +18,7 @@ const benchStored = 1_000_000
 var benchNow = time.Date(2026, 6, 28, 10, 15, 30, 0, time.UTC)
 
 type dedupFixture struct {
+	dir    string
 	st     *state.Store
 	d      *dedup.Store
 	prefix []byte
@@ -50,6 +51,7 @@ func loadFixture(b *testing.B) *dedupFixture {
 			fixture.err = err
 			return
 		}
+		fixture.dir = dir
 		st, err := state.Open(dir, state.Options{})
 		if err != nil {
 			fixture.err = err
@@ -110,6 +112,47 @@ func BenchmarkDedupCheck(b *testing.B) {
 	}
 }
 
+// BenchmarkDedupCheckFiltered is DedupCheck with the task's filter, as the
+// processor checks: the misses (nine in ten) are answered by the filter; the
+// duplicates still read the store.
+func BenchmarkDedupCheckFiltered(b *testing.B) {
+	f := loadFixture(b)
+	filter, err := dedup.BuildFilter(f.st.Scan, f.prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const probes = 100_000
+	ids := make([]dedup.ID, probes)
+	fps := make([][32]byte, probes)
+	for i := range ids {
+		n := 2*benchStored + 2*i + 1 // odd: never stored
+		if i%10 == 0 {
+			n = 2 * (i * 7 % benchStored) // stored
+		}
+		ids[i], fps[i] = benchID(n), benchFP(n)
+	}
+	b.ReportAllocs()
+	txn := f.st.NewTxn()
+	i, dups := 0, 0
+	for b.Loop() {
+		if i%5000 == 0 {
+			txn = f.st.NewTxn()
+		}
+		k := i % probes
+		v, err := f.d.Check(txn, filter, f.prefix, ids[k], fps[k], benchNow)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v == dedup.Duplicate {
+			dups++
+		}
+		i++
+	}
+	if want := (i + 9) / 10; i >= probes && dups < want*9/10 {
+		b.Fatalf("%d duplicates in %d checks, want about %d", dups, i, want)
+	}
+}
+
 // BenchmarkDedupCheckMarkCommit is the steady state of one new event: check,
 // mark, and its share of a 5000-event transaction's synced Pebble commit.
 // (Hashing the ids is outside the timer: see BenchmarkMakeID.)
@@ -151,6 +194,55 @@ func BenchmarkDedupCheckMarkCommit(b *testing.B) {
 }
 
 var markNext int
+
+// BenchmarkDedupCheckMarkFiltered is CheckMarkCommit as the processor runs
+// it, with the task's filter: a new id is known to be new without a Pebble
+// lookup, so this is the dedup code's own cost (and its allocations) plus
+// the staging and the amortised commit.
+func BenchmarkDedupCheckMarkFiltered(b *testing.B) {
+	f := loadFixture(b)
+	filter, err := dedup.BuildFilter(f.st.Scan, f.prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const txnSize = 5000
+	ids := make([]dedup.ID, txnSize)
+	fps := make([][32]byte, txnSize)
+	next := func() {
+		for j := range ids {
+			markNext++
+			n := 4*benchStored + markNext // never stored nor probed before
+			ids[j], fps[j] = benchID(n), benchFP(n)
+		}
+	}
+	next()
+	b.ReportAllocs()
+	txn := f.st.NewTxn()
+	i, gets := 0, 0
+	for b.Loop() {
+		if filter.MayContain(ids[i]) {
+			gets++ // a false positive: this check reads the store
+		}
+		v, err := f.d.Check(txn, filter, f.prefix, ids[i], fps[i], benchNow)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v != dedup.New {
+			b.Fatalf("verdict %v for a new id", v)
+		}
+		f.d.Mark(txn, filter, f.prefix, ids[i], fps[i], benchNow)
+		if i++; i == txnSize {
+			if err := txn.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			next()
+			b.StartTimer()
+			txn, i = f.st.NewTxn(), 0
+		}
+	}
+	b.ReportMetric(float64(gets)/float64(b.N), "gets/op")
+}
 
 // BenchmarkMakeID is the dedup identity hash of (tenantId, eventId).
 func BenchmarkMakeID(b *testing.B) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/projector-dev/projector/internal/envelope"
@@ -99,8 +100,19 @@ type aggState struct {
 
 const aggFormat = 1
 
+// maxAggHeader bounds the encoded record before the document.
+const maxAggHeader = 1 + binary.MaxVarintLen64 + 1 + 2*binary.MaxVarintLen64
+
+// encode returns the record in a new slice of its exact size (KV.Set keeps it).
 func (s *aggState) encode() []byte {
-	b := make([]byte, 0, 24+len(s.doc))
+	var h [maxAggHeader]byte
+	hdr := s.appendHeader(h[:0])
+	b := make([]byte, 0, len(hdr)+len(s.doc))
+	b = append(b, hdr...)
+	return append(b, s.doc...)
+}
+
+func (s *aggState) appendHeader(b []byte) []byte {
 	b = append(b, aggFormat)
 	b = binary.AppendUvarint(b, uint64(s.version))
 	var flags byte
@@ -109,8 +121,7 @@ func (s *aggState) encode() []byte {
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(s.heldCount))
-	b = binary.AppendVarint(b, s.heldSince)
-	return append(b, s.doc...)
+	return binary.AppendVarint(b, s.heldSince)
 }
 
 var errCorrupt = errors.New("projection: corrupt aggregate record")
@@ -145,7 +156,10 @@ func decodeAgg(b []byte) (aggState, error) {
 
 // AggregateKey is the state key of (projection, aggregate) below taskPrefix.
 func AggregateKey(taskPrefix []byte, projection, aggregate string) []byte {
-	k := make([]byte, 0, len(taskPrefix)+len(projection)+len(aggregate)+4)
+	return appendAggregateKey(make([]byte, 0, len(taskPrefix)+len(projection)+len(aggregate)+4), taskPrefix, projection, aggregate)
+}
+
+func appendAggregateKey(k, taskPrefix []byte, projection, aggregate string) []byte {
 	k = append(k, taskPrefix...)
 	k = append(k, KindAggregate)
 	k = binary.AppendUvarint(k, uint64(len(projection)))
@@ -165,7 +179,7 @@ func HeldPrefix(taskPrefix []byte, projection, aggregate string) []byte {
 }
 
 func heldKey(prefix []byte, version int64) []byte {
-	return binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(version))
+	return binary.BigEndian.AppendUint64(append(make([]byte, 0, len(prefix)+8), prefix...), uint64(version))
 }
 
 // ParseHeldKey splits a held key's changelog part (kind byte first) into
@@ -238,34 +252,50 @@ func (g *Guard) load(kv KV, key []byte) (aggState, error) {
 	return s, nil
 }
 
+// offerScratch is what an Offer allocates for itself, in one piece: the
+// aggregate key and the backing array of Step.Changes for the usual single
+// change. (Neither is ever written again once used: KV implementations may
+// keep the key, and the caller owns the step.)
+type offerScratch struct {
+	changes [1]Change
+	key     [offerKeyRoom]byte // longer keys are allocated apart
+}
+
+const offerKeyRoom = 80 // 128 + 80 bytes: a 208-byte size class
+
 // Offer presents a new (deduplicated) event to the guard.
 func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time) (Step, error) {
-	key := AggregateKey(taskPrefix, g.P.Name, ev.AggregateID)
+	sc := new(offerScratch)
+	key := appendAggregateKey(sc.key[:0], taskPrefix, g.P.Name, ev.AggregateID)
+	key = key[:len(key):len(key)]
 	st, err := g.load(kv, key)
 	if err != nil {
 		return Step{}, err
 	}
 	var step Step
 	if !g.P.Versioned {
-		g.apply(&st, ev, src, &step)
-		kv.Set(key, st.encode())
+		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes, false)
 		return step, nil
 	}
 	v := ev.AggregateVersion
-	hp := HeldPrefix(taskPrefix, g.P.Name, ev.AggregateID)
 	switch {
 	case v <= st.version:
 		step.Outcome = Stale
+	case v == st.version+1 && st.heldCount == 0:
+		// Nothing is held, so nothing can drain: the record is final after
+		// this one application (heldSince is cleared, as drain would).
+		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes, true)
 	case v == st.version+1:
-		g.apply(&st, ev, src, &step)
+		g.apply(&st, ev, src, &step, &sc.changes)
 		if step.Outcome == Applied {
+			hp := HeldPrefix(taskPrefix, g.P.Name, ev.AggregateID)
 			if err := g.drain(kv, hp, &st, &step, now); err != nil {
 				return Step{}, err
 			}
 		}
 		kv.Set(key, st.encode())
 	default:
-		hk := heldKey(hp, v)
+		hk := heldKey(HeldPrefix(taskPrefix, g.P.Name, ev.AggregateID), v)
 		if _, ok, err := kv.Get(hk); err != nil {
 			return Step{}, err
 		} else if ok {
@@ -293,13 +323,107 @@ func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.
 	return step, nil
 }
 
-// apply runs the handler for ev as version st.version+1 and records the change.
-func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step) {
-	cur := st.doc
-	if st.deleted || len(cur) == 0 {
-		cur = []byte("{}")
+// current is the state the handler sees: "{}" for a new or deleted
+// aggregate, in a new slice for a handler of unknown code.
+func (st *aggState) current(shared bool) []byte {
+	if st.deleted || len(st.doc) == 0 {
+		if shared {
+			return emptyObject[:2:2]
+		}
+		return []byte("{}")
 	}
-	res, err := g.P.Handler.Apply(cur, ev)
+	return st.doc
+}
+
+// emptyObject is "{}" for the merge rule, which never writes its input.
+var emptyObject = []byte("{}")
+
+// addChange appends c to step.Changes, in spare when that is the first.
+func addChange(step *Step, spare *[1]Change, c Change) {
+	if step.Changes == nil && spare != nil {
+		step.Changes = spare[:0]
+	}
+	step.Changes = append(step.Changes, c)
+}
+
+// mergeBufs are scratch buffers the merge rule writes the new state into
+// before it is copied into the record (of exactly the right size).
+var mergeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledMerge bounds the scratch buffers kept for reuse.
+const maxPooledMerge = 64 << 10
+
+// applyStore is apply followed by staging the record, for when nothing can
+// drain after ev (so the record's header is known up front): the record is
+// encoded once, with the new state copied into it directly (and the merge
+// rule's result written into a reused scratch buffer), and the change's
+// State is the record's tail. With clearSince, an application clears
+// heldSince (as drain does when nothing is held).
+func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *Event, src Source, step *Step, spare *[1]Change, clearSince bool) {
+	var (
+		res Result
+		err error
+		buf *[]byte
+	)
+	if r, ok := g.P.Handler.(Rules); ok {
+		cur := st.current(true)
+		var patch []byte
+		if res, patch, err = r.decide(ev); patch != nil {
+			buf = mergeBufs.Get().(*[]byte)
+			res.State, err = appendMergePatch((*buf)[:0], cur, patch)
+			if res.State != nil && cap(res.State) <= maxPooledMerge {
+				*buf = res.State[:0]
+			}
+			if err != nil {
+				res = Result{}
+			}
+		}
+	} else {
+		res, err = g.P.Handler.Apply(st.current(false), ev)
+	}
+	if err != nil {
+		if buf != nil {
+			mergeBufs.Put(buf)
+		}
+		step.Outcome = Failed
+		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
+		kv.Set(key, st.encode())
+		return
+	}
+	next := *st
+	next.version++
+	if clearSince {
+		next.heldSince = 0
+	}
+	switch {
+	case res.Keep:
+	case res.Delete:
+		next.deleted, next.doc = true, nil
+	default:
+		next.deleted, next.doc = false, nil
+		if len(res.State) > 0 {
+			next.doc = res.State
+		}
+	}
+	rec := next.encode()
+	if buf != nil {
+		mergeBufs.Put(buf) // res.State is in rec now
+	}
+	if !res.Keep && next.doc != nil {
+		next.doc = rec[len(rec)-len(next.doc):]
+	}
+	*st = next
+	kv.Set(key, rec)
+	step.Outcome = Applied
+	addChange(step, spare, Change{
+		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: res.Effects,
+	})
+}
+
+// apply runs the handler for ev as version st.version+1 and records the change
+// (in spare, if not nil, when it is the step's first).
+func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step, spare *[1]Change) {
+	res, err := g.P.Handler.Apply(st.current(false), ev)
 	if err != nil {
 		step.Outcome = Failed
 		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
@@ -315,7 +439,7 @@ func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step) {
 		st.doc = append([]byte(nil), res.State...)
 	}
 	step.Outcome = Applied
-	step.Changes = append(step.Changes, Change{
+	addChange(step, spare, Change{
 		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: res.Effects,
 	})
 }
@@ -365,7 +489,7 @@ func (g *Guard) applyHeld(st *aggState, stored []byte, step *Step) bool {
 		return false
 	}
 	outcome := step.Outcome
-	g.apply(st, ev, src, step)
+	g.apply(st, ev, src, step, nil)
 	ok := step.Outcome == Applied
 	step.Outcome = outcome
 	return ok

@@ -1,12 +1,11 @@
 package projection
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-
-	"github.com/projector-dev/projector/internal/jsonenc"
+	"slices"
 )
 
 // MergePatch applies an RFC 7386 JSON merge patch to a JSON object document
@@ -17,188 +16,309 @@ import (
 // decoded. Both inputs must be valid JSON (the payload was validated by the
 // envelope decoder; the state was written here).
 func MergePatch(doc, patch []byte) ([]byte, error) {
-	var target *object
+	return appendMergePatch(make([]byte, 0, len(doc)+len(patch)), doc, patch)
+}
+
+// appendMergePatch appends MergePatch(doc, patch) to dst (nil on error).
+//
+// It works on the input bytes directly, one object level at a time: the
+// members of the target and of the patch object are listed as (key, raw
+// value) spans in a small stack array, sorted when they are not already (the
+// state written here always is), and merged in one pass into dst, recursing
+// into objects. Nothing is allocated unless a key holds an escape sequence or
+// an object has more members than the stack array holds.
+//
+// Listing the top level checks the whole input (doc before patch), so that
+// the errors are the ones a parse of the whole document and then of the whole
+// patch gives: objects strictly (every key a string, decoded when it has
+// escapes), other values only as far as needed to find their end. The levels
+// below are listed again, unchecked, as the merge reaches them.
+func appendMergePatch(dst, doc, patch []byte) ([]byte, error) {
+	var stack [stackMembers]member
+	ms := stack[:0]
 	if len(doc) > 0 {
-		v, err := parseValue(doc)
-		if err != nil {
+		var err error
+		// A state that is not an object merges as {} (it lists no members).
+		if ms, _, err = topMembers(ms, doc); err != nil {
 			return nil, fmt.Errorf("projection: state: %w", err)
 		}
-		target = v.obj
 	}
-	p, err := parseValue(patch)
+	nt := len(ms)
+	ms, p, err := topMembers(ms, patch)
 	if err != nil {
 		return nil, fmt.Errorf("projection: payload: %w", err)
 	}
-	out := mergeValue(value{obj: target}, p)
-	return out.append(make([]byte, 0, len(doc)+len(patch))), nil
+	if p[0] != '{' {
+		return append(dst, p...), nil // a patch that is not an object replaces
+	}
+	out, err := appendMergeMembers(dst, ms[:nt], ms[nt:])
+	if err != nil {
+		return nil, err // not reached: both inputs were checked
+	}
+	return out, nil
 }
 
-// value is a JSON value: an object, or any other value as raw bytes.
-type value struct {
-	obj *object
-	raw []byte // when obj == nil
+// topMembers checks the JSON value b (surrounding whitespace allowed) and
+// returns it without the whitespace; when it is an object, its members are
+// appended to ms as members does.
+func topMembers(ms []member, b []byte) ([]member, []byte, error) {
+	i := skipWS(b, 0)
+	if i >= len(b) {
+		return ms, nil, errSyntax
+	}
+	var end int
+	var err error
+	if b[i] == '{' {
+		base := len(ms)
+		if ms, end, err = scanObject(b, i, ms, true, true); err != nil {
+			return ms, nil, err
+		}
+		ms = ms[:base+sortMembers(ms[base:])]
+	} else if end, err = skipValue(b, i); err != nil {
+		return ms, nil, err
+	}
+	if skipWS(b, end) != len(b) {
+		return ms, nil, errSyntax
+	}
+	return ms, b[i:end], nil
 }
 
+// member is one object member: its decoded key (the raw bytes between the
+// quotes unless the key has escapes) and its raw value, without surrounding
+// whitespace.
 type member struct {
-	key string
-	val value
+	key, val []byte
 }
 
-// object keeps members sorted by key.
-type object struct{ members []member }
+// stackMembers is how many members of the target and the patch object of
+// one level together are listed without allocating.
+const stackMembers = 16
 
-func (o *object) find(k string) int {
-	return sort.Search(len(o.members), func(i int) bool { return o.members[i].key >= k })
+// appendMerge appends RFC 7386 MergePatch(target, patch) for a target object
+// and a patch object, both checked spans starting with '{' (nil: none, which
+// merges as {} — and a nil patch re-encodes target normalised: sorted,
+// duplicate keys resolved, keys re-encoded, whitespace between members
+// dropped).
+func appendMerge(dst, target, patch []byte) ([]byte, error) {
+	var stack [stackMembers]member
+	ms, err := members(stack[:0], target)
+	if err != nil {
+		return dst, err
+	}
+	nt := len(ms)
+	if ms, err = members(ms, patch); err != nil {
+		return dst, err
+	}
+	return appendMergeMembers(dst, ms[:nt], ms[nt:])
 }
 
-func isNull(v value) bool { return v.obj == nil && string(v.raw) == "null" }
-
-// mergeValue is RFC 7386 MergePatch(Target, Patch).
-func mergeValue(target, patch value) value {
-	if patch.obj == nil {
-		return patch
-	}
-	t := target.obj
-	if t == nil {
-		t = &object{}
-	} else {
-		// Copy: targets may alias a parsed document we must not mutate
-		// through shared slices.
-		t = &object{members: append([]member(nil), t.members...)}
-	}
-	for _, m := range patch.obj.members {
-		i := t.find(m.key)
-		found := i < len(t.members) && t.members[i].key == m.key
+// appendMergeMembers appends the merge of the patch members pm into the target
+// members tm, both as members lists them.
+func appendMergeMembers(dst []byte, tm, pm []member) ([]byte, error) {
+	var err error
+	dst = append(dst, '{')
+	first := len(dst)
+	for len(tm) > 0 || len(pm) > 0 {
+		var c int
 		switch {
-		case isNull(m.val):
-			if found {
-				t.members = append(t.members[:i], t.members[i+1:]...)
-			}
-		case found:
-			t.members[i].val = mergeValue(t.members[i].val, m.val)
+		case len(pm) == 0:
+			c = -1
+		case len(tm) == 0:
+			c = 1
 		default:
-			t.members = append(t.members, member{})
-			copy(t.members[i+1:], t.members[i:])
-			t.members[i] = member{key: m.key, val: mergeValue(value{}, m.val)}
+			c = bytes.Compare(tm[0].key, pm[0].key)
+		}
+		if c < 0 {
+			// A target member the patch leaves as it is.
+			m := tm[0]
+			tm = tm[1:]
+			dst = appendMemberKey(dst, first, m.key)
+			if m.val[0] == '{' {
+				if dst, err = appendMerge(dst, m.val, nil); err != nil {
+					return dst, err
+				}
+			} else {
+				dst = append(dst, m.val...)
+			}
+			continue
+		}
+		key, pv := pm[0].key, pm[0].val
+		pm = pm[1:]
+		var tv []byte
+		if c == 0 {
+			tv = tm[0].val
+			tm = tm[1:]
+		}
+		if string(pv) == "null" {
+			continue // deletes the member (if there was one)
+		}
+		dst = appendMemberKey(dst, first, key)
+		if pv[0] != '{' {
+			dst = append(dst, pv...) // replaces
+			continue
+		}
+		if len(tv) == 0 || tv[0] != '{' {
+			tv = nil // an object merges into {} over anything else
+		}
+		if dst, err = appendMerge(dst, tv, pv); err != nil {
+			return dst, err
 		}
 	}
-	return value{obj: t}
+	return append(dst, '}'), nil
 }
 
-func (v value) append(b []byte) []byte {
-	if v.obj == nil {
-		return append(b, v.raw...)
+func appendMemberKey(dst []byte, first int, key []byte) []byte {
+	if len(dst) > first {
+		dst = append(dst, ',')
 	}
-	b = append(b, '{')
-	for i, m := range v.obj.members {
-		if i > 0 {
-			b = append(b, ',')
+	dst = appendString(dst, key)
+	return append(dst, ':')
+}
+
+// members appends the members of the checked object obj (none when obj is
+// nil) to ms, sorted by key, of duplicate keys only the last (as in
+// encoding/json).
+func members(ms []member, obj []byte) ([]member, error) {
+	if len(obj) == 0 {
+		return ms, nil
+	}
+	base := len(ms)
+	ms, _, err := scanObject(obj, 0, ms, true, false)
+	if err != nil {
+		return ms, err
+	}
+	return ms[:base+sortMembers(ms[base:])], nil
+}
+
+// sortMembers sorts m stably by key unless it already is (strictly: without
+// duplicates), keeps the last of duplicate keys and returns the new length.
+func sortMembers(m []member) int {
+	sorted := true
+	for k := 1; k < len(m); k++ {
+		if bytes.Compare(m[k-1].key, m[k].key) >= 0 {
+			sorted = false
+			break
 		}
-		b = jsonenc.AppendString(b, m.key)
-		b = append(b, ':')
-		b = m.val.append(b)
 	}
-	return append(b, '}')
+	if sorted {
+		return len(m)
+	}
+	if len(m) <= 12 {
+		for i := 1; i < len(m); i++ {
+			for j := i; j > 0 && bytes.Compare(m[j-1].key, m[j].key) > 0; j-- {
+				m[j-1], m[j] = m[j], m[j-1]
+			}
+		}
+	} else {
+		slices.SortStableFunc(m, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+	}
+	n := 0
+	for _, x := range m {
+		if n > 0 && bytes.Equal(m[n-1].key, x.key) {
+			m[n-1] = x
+			continue
+		}
+		m[n] = x
+		n++
+	}
+	return n
 }
 
 var errSyntax = errors.New("invalid JSON")
 
-// parseValue parses one JSON value (surrounding whitespace allowed).
-func parseValue(b []byte) (value, error) {
-	i := skipWS(b, 0)
-	v, i, err := parseAt(b, i)
-	if err != nil {
-		return value{}, err
-	}
-	if skipWS(b, i) != len(b) {
-		return value{}, errSyntax
-	}
-	return v, nil
-}
-
-func parseAt(b []byte, i int) (value, int, error) {
-	if i >= len(b) {
-		return value{}, i, errSyntax
-	}
-	if b[i] != '{' {
-		end, err := skipValue(b, i)
-		if err != nil {
-			return value{}, i, err
-		}
-		return value{raw: b[i:end]}, end, nil
-	}
-	o := &object{}
+// scanObject parses the object starting at b[i] ('{') and returns its end.
+// With collect it appends the members to ms (keys decoded); with checkKeys
+// it decodes keys with escapes only to check them. Object values are parsed
+// the same way, recursively; other values are only skipped.
+func scanObject(b []byte, i int, ms []member, collect, checkKeys bool) ([]member, int, error) {
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return value{obj: o}, i + 1, nil
+		return ms, i + 1, nil
 	}
-	sorted := true
+	var err error
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return value{}, i, errSyntax
+			return ms, i, errSyntax
 		}
-		end, err := skipString(b, i)
-		if err != nil {
-			return value{}, i, err
+		end, escaped := scanString(b, i)
+		if end < 0 {
+			return ms, i, errSyntax
 		}
-		key, err := unquote(b[i:end])
-		if err != nil {
-			return value{}, i, err
+		key := b[i+1 : end-1]
+		if escaped && (collect || checkKeys) {
+			if key, err = unquote(b[i:end]); err != nil {
+				return ms, i, err
+			}
 		}
 		i = skipWS(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return value{}, i, errSyntax
+			return ms, i, errSyntax
 		}
-		var v value
-		v, i, err = parseAt(b, skipWS(b, i+1))
+		start := skipWS(b, i+1)
+		if start >= len(b) {
+			return ms, start, errSyntax
+		}
+		if b[start] == '{' {
+			_, i, err = scanObject(b, start, nil, false, checkKeys)
+		} else {
+			i, err = skipValue(b, start)
+		}
 		if err != nil {
-			return value{}, i, err
+			return ms, i, err
 		}
-		if n := len(o.members); n > 0 && o.members[n-1].key >= key {
-			sorted = false
+		if collect {
+			ms = append(ms, member{key: key, val: b[start:i]})
 		}
-		o.members = append(o.members, member{key: key, val: v})
 		i = skipWS(b, i)
 		if i < len(b) && b[i] == ',' {
 			i = skipWS(b, i+1)
 			continue
 		}
 		if i < len(b) && b[i] == '}' {
-			i++
-			break
+			return ms, i + 1, nil
 		}
-		return value{}, i, errSyntax
+		return ms, i, errSyntax
 	}
-	if !sorted {
-		// Stable, so that of duplicate keys (rejected upstream for
-		// payloads) the last one wins, as in encoding/json.
-		sort.SliceStable(o.members, func(a, c int) bool { return o.members[a].key < o.members[c].key })
-		dedup := o.members[:0]
-		for _, m := range o.members {
-			if n := len(dedup); n > 0 && dedup[n-1].key == m.key {
-				dedup[n-1] = m
-				continue
-			}
-			dedup = append(dedup, m)
-		}
-		o.members = dedup
-	}
-	return value{obj: o}, i, nil
 }
 
-// unquote decodes a JSON string token; the common case has no escapes.
-func unquote(tok []byte) (string, error) {
-	inner := tok[1 : len(tok)-1]
-	for _, c := range inner {
-		if c == '\\' {
-			var s string
-			if err := json.Unmarshal(tok, &s); err != nil {
-				return "", err
-			}
-			return s, nil
-		}
+// unquote decodes a JSON string token that has escapes (rare in keys, so
+// encoding/json does it).
+func unquote(tok []byte) ([]byte, error) {
+	var s string
+	if err := json.Unmarshal(tok, &s); err != nil {
+		return nil, err
 	}
-	return string(inner), nil
+	return []byte(s), nil
+}
+
+// appendString appends s as a JSON string, exactly as jsonenc.AppendString
+// does (only quotes, backslashes and control characters are escaped).
+func appendString(b, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 func skipWS(b []byte, i int) int {
@@ -206,6 +326,21 @@ func skipWS(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// scanString returns the end of the string token at b[i] ('"'), -1 if it
+// does not end, and whether it has escapes.
+func scanString(b []byte, i int) (end int, escaped bool) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return j + 1, escaped
+		}
+	}
+	return -1, escaped
 }
 
 func skipString(b []byte, i int) (int, error) {

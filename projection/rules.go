@@ -38,23 +38,34 @@ var ErrPayloadNotObject = errors.New("projection: merge payload is not a JSON ob
 
 // Apply implements Handler.
 func (r Rules) Apply(state []byte, ev *Event) (Result, error) {
+	res, patch, err := r.decide(ev)
+	if patch == nil {
+		return res, err
+	}
+	out, err := MergePatch(state, patch)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{State: out}, nil
+}
+
+// decide is Apply up to the merge itself: patch is the payload object to
+// merge into the state, or nil when res, err is the whole result. The guard
+// uses it to merge straight into the record it stages.
+func (r Rules) decide(ev *Event) (res Result, patch []byte, err error) {
 	switch r[ev.EventType] {
 	case Delete:
-		return Result{Delete: true}, nil
+		return Result{Delete: true}, nil, nil
 	case Merge:
 		p := bytes.TrimSpace(ev.Payload)
-		if len(p) == 0 || bytes.Equal(p, []byte("null")) {
-			return Result{Keep: true}, nil // nothing to merge
+		if len(p) == 0 || string(p) == "null" {
+			return Result{Keep: true}, nil, nil // nothing to merge
 		}
 		if p[0] != '{' {
-			return Result{}, ErrPayloadNotObject
+			return Result{}, nil, ErrPayloadNotObject
 		}
-		out, err := MergePatch(state, p)
-		if err != nil {
-			return Result{}, err
-		}
-		return Result{State: out}, nil
+		return Result{}, p, nil
 	default:
-		return Result{Keep: true}, nil
+		return Result{Keep: true}, nil, nil
 	}
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package projection
+
+const raceEnabled = true
