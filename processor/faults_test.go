@@ -321,7 +321,8 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					on.Store(false) // the operator freed the disk
 					return e.start(instOpts{maxRecs: 300})
 				}
-				in, err := e.startWith(instOpts{maxRecs: 300}, state.Options{FS: fs, CachedValues: -1}, nil)
+				in, err := e.startWith(instOpts{maxRecs: 300}, state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20},
+					func(c *processor.Config) { growMemtable(t, c.Store) })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -343,6 +344,25 @@ func TestFaultPebbleWriteError(t *testing.T) {
 			t.Logf("stopped with: %v", errs[0])
 			e.checkFigure(exp, len(recs), len(errs), int(hits.Load()), tc.seed)
 		})
+	}
+}
+
+// growMemtable writes ~70 MiB of throwaway keys (outside every task prefix)
+// so that Pebble's memtable has grown to its full 64 MiB and the test's own
+// writes need no memtable rotation. A WAL failure during a rotation is a
+// Pebble panic with its mutex released: a fatal runtime error that ends the
+// process. In production that is a crash like any other (the restart restores
+// from the changelog); here it would end the test binary.
+func growMemtable(t *testing.T, st *state.Store) {
+	val := make([]byte, 1<<10)
+	for i := range 70 {
+		txn := st.NewTxn()
+		for j := range 1 << 10 {
+			txn.Set(fmt.Appendf(nil, "zfill-%03d-%04d", i, j), val)
+		}
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -67,12 +67,12 @@ func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projec
 	}
 	for _, in := range intents {
 		if p.cfg.Mode == Rebuild {
-			p.tally.effect(in.Effect, "suppressed")
+			p.tallyOf(b).effect(in.Effect, "suppressed")
 			continue
 		}
 		v := sideeffects.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
-		p.tally.effect(in.Effect, "enqueued")
+		p.tallyOf(b).effect(in.Effect, "enqueued")
 	}
 }
 
@@ -103,7 +103,8 @@ func (p *Processor) expiring(now time.Time) []expiry {
 	return out
 }
 
-// expire resolves one expired gap inside the transaction.
+// expire resolves one expired gap inside the transaction (b is the task's
+// batch).
 func (p *Processor) expire(b *eos.Batch, e expiry) error {
 	for _, g := range p.guards {
 		if g.P.Name != e.key.projection {
@@ -113,7 +114,7 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		if err != nil {
 			return err
 		}
-		p.tally.addN(g.P.Name, "applied", len(step.Changes))
+		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, e.task, g, e.key.aggregate, step)
 		p.cfg.Logger.Info("gap timed out", "projection", g.P.Name, "aggregate", e.key.aggregate,
 			"policy", p.cfg.GapPolicy, "applied", len(step.Changes), "deadLettered", len(step.Dropped))

@@ -24,8 +24,6 @@ type Processor struct {
 	guards []*projection.Guard
 	loop   *eos.Loop
 	stats  *Stats
-	// tally counts the open transaction's outcomes (loop goroutine only).
-	tally tally
 }
 
 // taskState is the pipeline's per-task in-memory state: the aggregates with
@@ -68,6 +66,14 @@ func New(cfg Config) (*Processor, error) {
 		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
 		Expired: cfg.Dedup.Expired, Logger: cfg.Logger, Now: cfg.Now,
 		Hooks: cfg.Hooks, Stats: p.stats.Stats,
+		// Tasks share nothing (decision 001): the guards and the dedup
+		// store are stateless, per-task state hangs off eos.Task and
+		// per-transaction counts off the task's Batch.
+		Parallel: true,
+		// Nothing outside the processor waits on its commit hooks (counts,
+		// the gap index), so the Pebble write overlaps the next
+		// transaction.
+		AsyncCommit: true,
 	}, (*pipeline)(p))
 	return p, nil
 }
@@ -146,14 +152,9 @@ func (h *pipeline) Due(now time.Time) bool { return len((*Processor)(h).expiring
 
 func (h *pipeline) Begin(b *eos.Batch) error {
 	p := (*Processor)(h)
-	tl := newTally()
-	p.tally = tl
-	b.OnCommitted(func() {
-		p.stats.addTally(tl)
-		p.publishGaps()
-	})
+	b.OnCommitted(p.publishGaps)
 	for _, e := range p.expiring(b.Now) {
-		if err := p.expire(b, e); err != nil {
+		if err := p.expire(b.For(e.task), e); err != nil {
 			return err
 		}
 	}
@@ -166,11 +167,13 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 		if ts.filter.Full() {
 			// Rebuild larger from what is committed; marks staged since
 			// are re-added as this transaction marks them anyway.
-			if ts.filter, err = dedup.BuildFilter(p.cfg.Store.Scan, t.Prefix); err != nil {
+			// Through the txn: the previous transaction's marks may
+			// still be on their way to Pebble.
+			if ts.filter, err = dedup.BuildFilter(b.For(t).Txn.Scan, t.Prefix); err != nil {
 				return
 			}
 		}
-		_, err = p.cfg.Dedup.Sweep(ts.sweep, b.Txn, t.Prefix, b.Now, sweepChunk)
+		_, err = p.cfg.Dedup.Sweep(ts.sweep, b.For(t).Txn, t.Prefix, b.Now, sweepChunk)
 	})
 	return err
 }

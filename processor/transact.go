@@ -26,7 +26,7 @@ const (
 
 // process handles one input record.
 func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
-	tl := p.tally
+	tl := p.tallyOf(b)
 	for _, h := range r.Headers {
 		if h.Key == HeaderCommand {
 			return p.command(b, t, r)
@@ -144,7 +144,20 @@ func (p *Processor) trackGap(b *eos.Batch, t *eos.Task, k gapKey, step projectio
 
 func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {
 	b.DeadLetter(id, offset, key, value, reason, msg)
-	p.tally.deadLetter(reason)
+	p.tallyOf(b).deadLetter(reason)
+}
+
+// tallyOf is the batch's tally of outcomes, published when the transaction
+// commits. Each task has its own batch, so tasks processed concurrently
+// never share one.
+func (p *Processor) tallyOf(b *eos.Batch) tally {
+	if tl, ok := b.Data.(tally); ok {
+		return tl
+	}
+	tl := newTally()
+	b.Data = tl
+	b.OnCommitted(func() { p.stats.addTally(tl) })
+	return tl
 }
 
 // HeaderCommand marks an input record that is an operator command, not an
@@ -178,7 +191,7 @@ func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		if err != nil {
 			return err
 		}
-		p.tally.addN(g.P.Name, "applied", len(step.Changes))
+		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, t, g, c.Aggregate, step)
 		p.trackGap(b, t, gapKey{g.P.Name, c.Aggregate}, step)
 		skipped += len(step.Changes)

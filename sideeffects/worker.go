@@ -316,7 +316,7 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 			r.reply <- ErrRevoked
 			continue
 		}
-		ov := newOverlay(b.Txn)
+		ov := newOverlay(b.For(r.task).Txn)
 		if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
 			r.reply <- err
 			continue

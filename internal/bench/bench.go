@@ -42,6 +42,7 @@ import (
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/broker"
+	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/internal/testkit"
 	"github.com/projector-dev/projector/internal/workload"
@@ -381,7 +382,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 	if err := testkit.CreateTopic(ctx, brokers, out, int32(o.Partitions)); err != nil {
 		return ph, fmt.Errorf("bench: create %s: %w", out, err)
 	}
-	sess, err := kgo.NewGroupTransactSession(
+	sess, err := kgo.NewGroupTransactSession(append(eos.ClientTuning(),
 		kgo.SeedBrokers(brokers...),
 		kgo.TransactionalID(name+"-bench"),
 		kgo.TransactionTimeout(40*time.Second),
@@ -390,8 +391,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(45*time.Second),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerLinger(0),
-	)
+	)...)
 	if err != nil {
 		return ph, fmt.Errorf("bench: floor session: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -85,6 +86,17 @@ type Config struct {
 	Now     func() time.Time
 	Hooks   *Hooks
 	Stats   *Stats
+	// Parallel lets Process run concurrently for different tasks (one
+	// goroutine per task at a time, up to GOMAXPROCS): the handler must
+	// keep no state shared between tasks outside its Batch.
+	Parallel bool
+	// AsyncCommit writes a committed transaction's state to Pebble in the
+	// background while the next transaction polls and processes; the next
+	// transaction reads the staged writes until they land. The commit hooks
+	// then run when the write has landed, at the latest before the next
+	// transaction ends, before a restore, and before Run returns. Off, they
+	// run before transact returns (the executor's Runners wait on them).
+	AsyncCommit bool
 }
 
 // Hooks let tests stop the loop at precise points of a transaction.
@@ -117,6 +129,9 @@ type Loop struct {
 	// produceAborts counts consecutive transactions aborted by a produce
 	// error; a record the broker will never take must not loop forever.
 	produceAborts int
+	// inflight is the committed transaction whose Pebble write is running
+	// (AsyncCommit); settle finishes it.
+	inflight *inflight
 }
 
 // maxProduceAborts is how many transactions in a row may abort on produce
@@ -220,7 +235,7 @@ func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 // Run consumes until ctx is done or a fatal error occurs. On ctx
 // cancellation it finishes the open transaction (or aborts it), leaves the
 // group and returns nil.
-func (l *Loop) Run(ctx context.Context) error {
+func (l *Loop) Run(ctx context.Context) (err error) {
 	log := l.cfg.Logger
 	if err := l.ensureTopics(ctx); err != nil {
 		return l.stopping(ctx, err)
@@ -255,6 +270,13 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.h.Revoked(t)
 		}
 	}()
+	defer func() {
+		// A transaction Kafka committed is written to Pebble whatever
+		// made Run return.
+		if serr := l.settle(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
 	r := &restorer{l: l, cl: rc}
 	for {
 		if ctx.Err() != nil {
@@ -267,6 +289,17 @@ func (l *Loop) Run(ctx context.Context) error {
 			// No records are in hand here: an empty abort cannot rewind
 			// anything we are about to process.
 			l.resetSession()
+		}
+		if f := l.inflight; f != nil {
+			select {
+			case <-f.done:
+				// Written while we were away: run its hooks now, so that
+				// counts and indexes do not wait for the next transaction.
+				if err := l.settle(); err != nil {
+					return err
+				}
+			default:
+			}
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		l.mu.Lock()
@@ -370,8 +403,8 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 		kgo.OnPartitionsRevoked(l.onRevoked),
 		kgo.OnPartitionsLost(l.onRevoked),
 		kgo.RecordPartitioner(newPartitioner(l.changelogTopics())),
-		kgo.ProducerLinger(0),
 	}
+	opts = append(opts, ClientTuning()...)
 	if l.cfg.StartOffset != nil {
 		opts = append(opts, kgo.ConsumeResetOffset(*l.cfg.StartOffset))
 	}
@@ -384,6 +417,23 @@ func (l *Loop) changelogTopics() []string {
 		ts = append(ts, l.cfg.ChangelogOf(in))
 	}
 	return ts
+}
+
+// ClientTuning are the throughput settings of the loop's client (the bench's
+// transport floor uses them too, so that the two compare like for like):
+//
+//   - no linger: a transaction flushes its records at the end anyway;
+//   - a smaller per-partition fetch size than kgo's 1 MiB, so that one poll
+//     carries records of several partitions, which the handler can then
+//     process in parallel (Config.Parallel);
+//   - room to buffer a whole transaction's output (about three records per
+//     input record: projection, dedup mark, aggregate) without blocking.
+func ClientTuning() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ProducerLinger(0),
+		kgo.FetchMaxPartitionBytes(256 << 10),
+		kgo.MaxBufferedRecords(64 << 10),
+	}
 }
 
 // partitioner sends changelog records to the partition the loop chose (the
@@ -409,16 +459,67 @@ func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
 	return p.byKey.ForTopic(t)
 }
 
-// Batch is one transaction's work: the staged state, the records to produce
-// and what to do once it commits.
+// Batch is one transaction's work for one task – its staged state, the
+// records it produces and what to do once the transaction commits – or, for
+// the batch Handler.Begin receives, the transaction as a whole (Txn nil;
+// For gives a task's batch). Each task's state is committed to Pebble in its
+// own batch with its own changelog offset (state.Store.CommitAll).
+//
+// Records are handed to the producer as soon as they are added, so the
+// broker works while the handler is still processing.
 type Batch struct {
-	Txn     *state.Txn
-	Now     time.Time
-	recs    []*kgo.Record
-	dlq     string
-	onAbort []func()
+	// Txn stages this task's state; nil on the transaction's top batch.
+	Txn *state.Txn
+	Now time.Time
+	// Data belongs to the handler (per-batch scratch, such as a tally).
+	Data any
+
+	task    *Task
+	tx      *txnBatches
+	commit  []func()
 	last    []func()
+	onAbort []func()
 }
+
+// txnBatches is what the batches of one transaction share.
+type txnBatches struct {
+	store    *state.Store
+	dlq      string
+	produce  func(*kgo.Record)
+	top      *Batch
+	children []*Batch // in creation order
+	byTask   map[state.Task]*Batch
+	// bases are the previous transaction's task txns while their Pebble
+	// write is in flight (AsyncCommit): task txns read through them.
+	bases map[state.Task]*state.Txn
+}
+
+func newTxnBatches(store *state.Store, now time.Time, dlq string, produce func(*kgo.Record), bases map[state.Task]*state.Txn) *Batch {
+	tx := &txnBatches{store: store, dlq: dlq, produce: produce, byTask: map[state.Task]*Batch{}, bases: bases}
+	tx.top = &Batch{Now: now, tx: tx}
+	return tx.top
+}
+
+// For returns task t's batch in this transaction, creating it on first use.
+// It must not be called while tasks are processed concurrently (it is meant
+// for Handler.Begin); a task's own batch is what Process receives.
+func (b *Batch) For(t *Task) *Batch {
+	if b.task == t {
+		return b
+	}
+	tx := b.tx
+	if c, ok := tx.byTask[t.ID]; ok {
+		return c
+	}
+	c := &Batch{Txn: tx.store.NewTxnOver(tx.bases[t.ID]), Now: tx.top.Now, task: t, tx: tx}
+	tx.byTask[t.ID] = c
+	tx.children = append(tx.children, c)
+	return c
+}
+
+// OnCommit registers fn to run after the transaction committed and Pebble was
+// written (never after an abort).
+func (b *Batch) OnCommit(fn func()) { b.commit = append(b.commit, fn) }
 
 // OnCommitted registers fn to run once the transaction committed, after every
 // OnCommit hook (summaries that must see all of the transaction's updates).
@@ -428,19 +529,35 @@ func (b *Batch) OnCommitted(fn func()) { b.last = append(b.last, fn) }
 // failed, or the loop stopped with it open).
 func (b *Batch) OnAbort(fn func()) { b.onAbort = append(b.onAbort, fn) }
 
-func (b *Batch) aborted() {
-	for _, fn := range b.onAbort {
-		fn()
+// all is the top batch and every task batch, top last.
+func (tx *txnBatches) all() []*Batch { return append(slices.Clone(tx.children), tx.top) }
+
+func (tx *txnBatches) aborted() {
+	for _, b := range tx.all() {
+		for _, fn := range b.onAbort {
+			fn()
+		}
+		b.onAbort = nil
 	}
-	b.onAbort = nil
+}
+
+// committed runs the commit hooks, then the committed hooks.
+func (tx *txnBatches) committed() {
+	all := tx.all()
+	for _, b := range all {
+		for _, fn := range b.commit {
+			fn()
+		}
+	}
+	for _, b := range all {
+		for _, fn := range b.last {
+			fn()
+		}
+	}
 }
 
 // Produce adds a record to the transaction.
-func (b *Batch) Produce(r *kgo.Record) { b.recs = append(b.recs, r) }
-
-// OnCommit registers fn to run after the transaction committed and Pebble was
-// written (never after an abort).
-func (b *Batch) OnCommit(fn func()) { b.Txn.AfterCommit(fn) }
+func (b *Batch) Produce(r *kgo.Record) { b.tx.produce(r) }
 
 // MaxDeadLetterBytes bounds the original key and value copied into a dead
 // letter: a record the broker accepted on the input may exceed what it (or the
@@ -457,7 +574,7 @@ const HeaderOriginalBytes = "projector-original-bytes"
 // reason headers.
 func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reason, msg string) {
 	r := &kgo.Record{
-		Topic: b.dlq,
+		Topic: b.tx.dlq,
 		Key:   key,
 		Value: value,
 		Headers: []kgo.RecordHeader{
@@ -476,5 +593,5 @@ func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reaso
 			r.Value = value[:MaxDeadLetterBytes-len(r.Key)]
 		}
 	}
-	b.recs = append(b.recs, r)
+	b.tx.produce(r)
 }

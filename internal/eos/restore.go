@@ -19,6 +19,13 @@ func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
 	revoked, pending := l.revoked, l.pending
 	l.revoked, l.pending = make(map[state.Task]bool), make(map[state.Task]bool)
 	l.mu.Unlock()
+	if len(revoked) > 0 || len(pending) > 0 {
+		// Hooks of a committed transaction touch task state: run them
+		// before tasks go or come.
+		if err := l.settle(); err != nil {
+			return err
+		}
+	}
 	for id := range revoked {
 		if t := l.tasks[id]; t != nil {
 			delete(l.tasks, id)
@@ -119,6 +126,11 @@ const restoreStall = 30 * time.Second
 // open transaction cannot hide transactions committed after it by others.
 func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 	l := r.l
+	// Pebble must hold every committed transaction before it is compared
+	// with the changelog.
+	if err := l.settle(); err != nil {
+		return err
+	}
 	byTopic := make(map[string][]*Task)
 	for _, t := range ts {
 		cl := l.cfg.ChangelogOf(t.ID.Topic)

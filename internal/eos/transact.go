@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,47 +28,19 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("eos: begin transaction: %w", err)
 	}
-	b := &Batch{Txn: l.cfg.Store.NewTxn(), Now: now, dlq: l.cfg.DeadLetterTopic}
-	written := false // Kafka committed and Pebble written
-	defer func() {
-		if !written {
-			b.aborted()
-		}
-	}()
-	err := l.h.Begin(b)
-	if err == nil {
-		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			t := l.tasks[state.Task{Topic: fp.Topic, Partition: fp.Partition}]
-			if t == nil {
-				// Revoked since the poll: the session aborts this
-				// transaction; its records come back to the new owner.
-				return
-			}
-			for _, r := range fp.Records {
-				if err != nil {
-					return
-				}
-				err = l.h.Process(b, t, r)
-			}
-		})
-	}
-	if err != nil {
-		// A state read failed (Pebble error): abort and stop; nothing is lost.
-		l.abort(sess)
-		l.stats.addTxn("aborted", time.Since(start))
-		return err
-	}
-	l.stageChangelog(b)
-
-	// Produce everything, then flush so that every produce error is known
-	// before deciding between commit and abort.
+	// Records go to the producer as the handler makes them; the flush
+	// below makes every produce error known before commit or abort.
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TransactionTimeout+endTimeoutHeadroom)
 	defer cancel()
 	cl := sess.Client()
 	offsets := newOffsetTracker(l.cfg.Inputs, l.cfg.ChangelogOf)
-	var perr error
-	var pmu sync.Mutex
-	for _, r := range b.recs {
+	var (
+		perr     error
+		pmu      sync.Mutex
+		produced atomic.Int64
+	)
+	produce := func(r *kgo.Record) {
+		produced.Add(1)
 		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				pmu.Lock()
@@ -79,6 +53,29 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 			offsets.observe(r)
 		})
 	}
+	var bases map[state.Task]*state.Txn
+	if l.inflight != nil {
+		bases = l.inflight.txns
+	}
+	b := newTxnBatches(l.cfg.Store, now, l.cfg.DeadLetterTopic, produce, bases)
+	tx := b.tx
+	written := false // Kafka committed and Pebble written
+	defer func() {
+		if !written {
+			tx.aborted()
+		}
+	}()
+	err := l.h.Begin(b)
+	if err == nil {
+		err = l.processAll(b, fetches)
+	}
+	if err != nil {
+		// A state read failed (Pebble error): abort and stop; nothing is lost.
+		l.abort(sess)
+		l.stats.addTxn("aborted", time.Since(start))
+		return err
+	}
+
 	if err := cl.Flush(ctx); err != nil {
 		l.abort(sess)
 		return fmt.Errorf("eos: flush: %w", err)
@@ -122,21 +119,174 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 			return err
 		}
 	}
-	for id, next := range offsets.next {
-		b.Txn.SetChangelogOffset(id, next)
+	// The previous transaction's write must land first: Pebble applies
+	// transactions in order, and this one's txns stop reading through it.
+	if err := l.settle(); err != nil {
+		return err
 	}
-	if err := b.Txn.Commit(); err != nil {
-		// Kafka has the transaction; Pebble does not. Stop: on restart the
-		// changelog restores what is missing (invariant 2).
-		return fmt.Errorf("eos: state commit after Kafka commit: %w", err)
+	txns := make([]*state.Txn, 0, len(tx.children))
+	byTask := make(map[state.Task]*state.Txn, len(tx.children))
+	for _, c := range tx.children {
+		c.Txn.Detach()
+		if next, ok := offsets.next[c.task.ID]; ok {
+			c.Txn.SetChangelogOffset(c.task.ID, next)
+		}
+		txns = append(txns, c.Txn)
+		byTask[c.task.ID] = c.Txn
 	}
-	written = true
-	for _, fn := range b.last {
-		fn()
+	written = true // from here on, the abort hooks are the write's to run
+	f := &inflight{done: make(chan struct{}), tx: tx, txns: byTask, start: start, records: fetches.NumRecords(), produced: produced.Load()}
+	if !l.cfg.AsyncCommit {
+		f.write(l.cfg.Store, txns)
+		return l.finish(f)
 	}
-	l.stats.addTxn("committed", time.Since(start))
+	go func() {
+		f.write(l.cfg.Store, txns)
+		l.Wake() // an idle loop settles it without waiting for records
+	}()
+	l.inflight = f
+	return nil
+}
+
+// inflight is a committed transaction's Pebble write.
+type inflight struct {
+	done     chan struct{}
+	err      error
+	tx       *txnBatches
+	txns     map[state.Task]*state.Txn
+	start    time.Time
+	took     time.Duration
+	records  int
+	produced int64
+}
+
+func (f *inflight) write(st *state.Store, txns []*state.Txn) {
+	f.err = st.CommitAll(txns)
+	f.took = time.Since(f.start)
+	close(f.done)
+}
+
+// settle waits for the in-flight Pebble write, if any, and finishes it.
+func (l *Loop) settle() error {
+	f := l.inflight
+	if f == nil {
+		return nil
+	}
+	l.inflight = nil
+	<-f.done
+	return l.finish(f)
+}
+
+// finish runs a written transaction's hooks, or reports its failed write.
+func (l *Loop) finish(f *inflight) error {
+	if f.err != nil {
+		// Kafka has the transaction; Pebble does not (or not all of it).
+		// Stop: on restart the changelog restores what is missing
+		// (invariant 2).
+		f.tx.aborted()
+		return fmt.Errorf("eos: state commit after Kafka commit: %w", f.err)
+	}
+	f.tx.committed()
+	l.stats.addTxn("committed", f.took)
 	if l.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
-		l.cfg.Logger.Debug("transaction committed", "records", fetches.NumRecords(), "produced", len(b.recs), "took", time.Since(start))
+		l.cfg.Logger.Debug("transaction committed", "records", f.records, "produced", f.produced, "took", f.took)
+	}
+	return nil
+}
+
+// taskWork is one task's records in a transaction.
+type taskWork struct {
+	b    *Batch
+	recs []*kgo.Record
+}
+
+// processAll hands every polled record to the handler, task by task, then
+// produces each task's changelog records. With Config.Parallel, tasks are
+// processed concurrently (each task's records in order, on one goroutine):
+// tasks share no state (decision 001), and each has its own Batch.
+func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
+	var work []taskWork
+	at := map[state.Task]int{}
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
+		t := l.tasks[id]
+		if t == nil || len(fp.Records) == 0 {
+			// Revoked since the poll: the session aborts this
+			// transaction; its records come back to the new owner.
+			return
+		}
+		i, ok := at[id]
+		if !ok {
+			i = len(work)
+			at[id] = i
+			work = append(work, taskWork{b: b.For(t)})
+		}
+		work[i].recs = append(work[i].recs, fp.Records...)
+	})
+	// Task batches that Begin used but no record reaches.
+	var idle []*Batch
+	for _, c := range b.tx.children {
+		if _, ok := at[c.task.ID]; !ok {
+			idle = append(idle, c)
+		}
+	}
+	run := func(w taskWork, stop *atomic.Bool) error {
+		for _, r := range w.recs {
+			if stop.Load() {
+				return nil
+			}
+			if err := l.h.Process(w.b, w.b.task, r); err != nil {
+				return err
+			}
+		}
+		return l.stageChangelog(w.b)
+	}
+	var stop atomic.Bool
+	workers := 1
+	if l.cfg.Parallel {
+		workers = min(len(work), runtime.GOMAXPROCS(0))
+	}
+	if workers <= 1 {
+		for _, w := range work {
+			if err := run(w, &stop); err != nil {
+				return err
+			}
+		}
+	} else {
+		var (
+			next atomic.Int64
+			wg   sync.WaitGroup
+			emu  sync.Mutex
+			ferr error
+		)
+		for range workers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(work) || stop.Load() {
+						return
+					}
+					if err := run(work[i], &stop); err != nil {
+						stop.Store(true)
+						emu.Lock()
+						if ferr == nil {
+							ferr = err
+						}
+						emu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if ferr != nil {
+			return ferr
+		}
+	}
+	for _, c := range idle {
+		if err := l.stageChangelog(c); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -193,20 +343,22 @@ func (l *Loop) invalidate() {
 	l.stats.setReady(false)
 }
 
-// stageChangelog turns the staged state into changelog records, one per key.
-func (l *Loop) stageChangelog(b *Batch) {
+// stageChangelog produces a task batch's staged state as changelog
+// records, one per key.
+func (l *Loop) stageChangelog(b *Batch) error {
+	topic := l.cfg.ChangelogOf(b.task.ID.Topic)
+	n := len(b.task.Prefix)
+	var err error
 	b.Txn.Each(func(key string, val []byte) {
-		id, rest, err := state.SplitKey([]byte(key))
-		if err != nil {
+		if len(key) < n || key[:n] != string(b.task.Prefix) {
+			// A key of another task would restore into the wrong
+			// partition's state: a handler bug, stop before it lands.
+			err = fmt.Errorf("eos: task %s staged a key outside its prefix: %q", b.task.ID, key)
 			return
 		}
-		b.recs = append(b.recs, &kgo.Record{
-			Topic:     l.cfg.ChangelogOf(id.Topic),
-			Partition: id.Partition,
-			Key:       rest,
-			Value:     val,
-		})
+		b.tx.produce(&kgo.Record{Topic: topic, Partition: b.task.ID.Partition, Key: []byte(key[n:]), Value: val})
 	})
+	return err
 }
 
 // offsetTracker records, per task, the offset after the last changelog record

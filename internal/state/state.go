@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -46,7 +47,7 @@ var ErrFatal = errors.New("state: fatal storage error")
 // crashing mid-flight; the store is then unusable.
 func (s *Store) contain(err *error) {
 	if r := recover(); r != nil {
-		s.broken = true
+		s.broken.Store(true)
 		*err = fmt.Errorf("%w: %v", ErrFatal, r)
 	}
 }
@@ -107,7 +108,7 @@ type Options struct {
 type Store struct {
 	db     *pebble.DB
 	cache  *valueCache
-	broken bool // a fatal error was contained: Close must not touch Pebble
+	broken atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -146,7 +147,7 @@ func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
 	}
-	if s.broken {
+	if s.broken.Load() {
 		// Pebble's state is undefined after a fatal error: close it only to
 		// release its files and lock, and report the fatal error.
 		db := s.db

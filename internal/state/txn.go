@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -11,8 +12,14 @@ import (
 // Txn stages the writes of one Kafka transaction. It is owned by one goroutine.
 // Writes to the same key collapse to the last one, so the changelog carries one
 // record per key per transaction, not one per event.
+//
+// A Txn may read through a base Txn before the store (NewTxnOver): the staged
+// writes of a previous transaction whose Pebble write is still in flight, or a
+// task's staged state under one of its lanes. Reads never change a base, so
+// several Txns may read one base concurrently as long as nobody writes it.
 type Txn struct {
 	s       *Store
+	base    *Txn
 	writes  map[string]staged
 	offsets map[Task]int64
 	after   []func()
@@ -27,13 +34,50 @@ func (s *Store) NewTxn() *Txn {
 	return &Txn{s: s, writes: make(map[string]staged), offsets: make(map[Task]int64)}
 }
 
-// Get reads key, staged writes first (invariant 2). The returned slice must not
-// be modified.
+// NewTxnOver starts an empty staging overlay that reads through base (nil:
+// the store) before the store.
+func (s *Store) NewTxnOver(base *Txn) *Txn {
+	t := s.NewTxn()
+	t.base = base
+	return t
+}
+
+// Detach stops t reading through its base: call it once the base's writes are
+// in Pebble (then the two views are equal) so that chains stay short.
+func (t *Txn) Detach() { t.base = nil }
+
+// Get reads key, staged writes first (invariant 2), then the bases'. The
+// returned slice must not be modified.
 func (t *Txn) Get(key []byte) ([]byte, bool, error) {
-	if w, ok := t.writes[string(key)]; ok {
-		return w.val, w.val != nil, nil
+	for l := t; l != nil; l = l.base {
+		if w, ok := l.writes[string(key)]; ok {
+			return w.val, w.val != nil, nil
+		}
 	}
 	return t.s.Get(key)
+}
+
+// staged reports the nearest staged write of key along the chain.
+func (t *Txn) staged(key string) (staged, bool) {
+	for l := t; l != nil; l = l.base {
+		if w, ok := l.writes[key]; ok {
+			return w, true
+		}
+	}
+	return staged{}, false
+}
+
+// Absorb moves lane's staged writes and hooks into t (lane read through t;
+// its writes win). Lanes of one Txn stage disjoint keys.
+func (t *Txn) Absorb(lane *Txn) {
+	for k, w := range lane.writes {
+		t.writes[k] = w
+	}
+	for task, next := range lane.offsets {
+		t.SetChangelogOffset(task, next)
+	}
+	t.after = append(t.after, lane.after...)
+	lane.writes, lane.offsets, lane.after = nil, nil, nil
 }
 
 // Set stages key=val. The txn keeps val; the caller must not modify it after.
@@ -73,9 +117,44 @@ func (t *Txn) AfterCommit(fn func()) { t.after = append(t.after, fn) }
 // Commit writes the staged state and changelog offsets to Pebble in one synced
 // batch, then runs the after-commit hooks. Call it only after the Kafka
 // transaction committed (invariant 1).
-func (t *Txn) Commit() (err error) {
+func (t *Txn) Commit() error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	t.finish()
+	return nil
+}
+
+// CommitAll commits txns that own disjoint keys – one per task – each in its
+// own synced batch, in order, stopping at the first failure. Every batch
+// carries its task's changelog offset, so invariant 3 holds per task, the
+// unit a restore works in: after a crash between two of the batches, each
+// task restores from the offset its own batch recorded. The hooks run once
+// every batch has landed, in the order of txns. (Sequential on purpose: a
+// failed WAL write leaves Pebble unusable, and a concurrent commit would
+// then run into Pebble's own panics.)
+func (s *Store) CommitAll(txns []*Txn) error {
+	for _, t := range txns {
+		if err := t.write(); err != nil {
+			return err
+		}
+	}
+	for _, t := range txns {
+		t.finish()
+	}
+	return nil
+}
+
+// write puts the staged state and offsets into Pebble, synced.
+func (t *Txn) write() (err error) {
 	if t.s.db == nil {
 		return ErrClosed
+	}
+	if t.s.broken.Load() {
+		return ErrFatal
+	}
+	if len(t.writes) == 0 && len(t.offsets) == 0 {
+		return nil
 	}
 	defer t.s.contain(&err)
 	b := t.s.db.NewBatch()
@@ -97,19 +176,27 @@ func (t *Txn) Commit() (err error) {
 		}
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		t.s.cache.clear() // unknown what landed
-		return fmt.Errorf("state: commit: %w", err)
+		// Unknown what landed, and Pebble's WAL is suspect: refuse
+		// further writes (a later one could run into Pebble's panics on
+		// a failed log); the loop stops and a restart restores.
+		t.s.cache.clear()
+		t.s.broken.Store(true)
+		return fmt.Errorf("%w: state: commit: %w", ErrFatal, err)
 	}
 	for k, w := range t.writes {
 		// Only refresh what reads brought in: write-once keys (dedup
 		// marks) would otherwise evict the hot aggregates.
 		t.s.cache.refresh(k, w.val)
 	}
+	return nil
+}
+
+// finish runs the after-commit hooks and empties the txn.
+func (t *Txn) finish() {
 	for _, fn := range t.after {
 		fn()
 	}
 	t.writes, t.offsets, t.after = nil, nil, nil
-	return nil
 }
 
 // Scan calls fn, in key order, for every key with prefix as this txn sees it:
@@ -122,18 +209,21 @@ func (t *Txn) Scan(prefix []byte, fn func(key, value []byte) error) error {
 // ScanFrom is Scan restricted to keys ≥ from (a cursor within the prefix).
 func (t *Txn) ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error {
 	var staged []string
-	for k := range t.writes {
-		if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) && k >= string(from) {
-			staged = append(staged, k)
+	for l := t; l != nil; l = l.base {
+		for k := range l.writes {
+			if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) && k >= string(from) {
+				staged = append(staged, k)
+			}
 		}
 	}
 	sort.Strings(staged)
+	staged = slices.Compact(staged)
 	emitStaged := func(upTo string, inclusive bool) error {
 		for len(staged) > 0 && (staged[0] < upTo || (inclusive && staged[0] == upTo) || upTo == "") {
 			k := staged[0]
 			staged = staged[1:]
-			if v := t.writes[k].val; v != nil {
-				if err := fn([]byte(k), v); err != nil {
+			if w, _ := t.staged(k); w.val != nil {
+				if err := fn([]byte(k), w.val); err != nil {
 					return err
 				}
 			}
@@ -144,7 +234,7 @@ func (t *Txn) ScanFrom(prefix, from []byte, fn func(key, value []byte) error) er
 		if err := emitStaged(string(key), false); err != nil {
 			return err
 		}
-		if _, ok := t.writes[string(key)]; ok {
+		if _, ok := t.staged(string(key)); ok {
 			return nil // the staged write (or deletion) wins
 		}
 		return fn(key, value)
