@@ -108,6 +108,11 @@ type Options struct {
 type Store struct {
 	db     *pebble.DB
 	cache  *valueCache
+	keys   *keyFilter
+	// scanDone closes when the opening scan of keys into the filter ended;
+	// stopScan ends it early (Close).
+	scanDone chan struct{}
+	stopScan atomic.Bool
 	broken atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
@@ -139,14 +144,43 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
-	return &Store{db: db, cache: newValueCache(o.CachedValues)}, nil
+	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{})}
+	go s.scanKeys()
+	return s, nil
 }
+
+// scanKeys adds every stored key to the key filter, then enables it. Keys
+// written meanwhile are added by their writers, so the filter covers every
+// key once the scan is done.
+func (s *Store) scanKeys() {
+	defer close(s.scanDone)
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return // the filter stays disabled: slower, never wrong
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if s.stopScan.Load() {
+			_ = it.Close()
+			return
+		}
+		s.keys.Add(it.Key())
+	}
+	if it.Close() == nil {
+		s.keys.complete.Store(true)
+	}
+}
+
+// WaitKeyScan blocks until the key filter is usable (tests and benchmarks
+// that want to measure the filtered read path).
+func (s *Store) WaitKeyScan() { <-s.scanDone }
 
 // Close closes the database. It is idempotent.
 func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	s.stopScan.Store(true)
+	<-s.scanDone
 	if s.broken.Load() {
 		// Pebble's state is undefined after a fatal error: close it only to
 		// release its files and lock, and report the fatal error.
@@ -167,6 +201,9 @@ func (s *Store) Close() error {
 func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	if s.db == nil {
 		return nil, false, ErrClosed
+	}
+	if !s.keys.MayContain(key) {
+		return nil, false, nil // never written
 	}
 	if v, ok := s.cache.get(key); ok {
 		return v, true, nil
@@ -278,12 +315,14 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 		if r.Value == nil {
 			err = b.Delete(key, nil)
 		} else {
+			s.keys.Add(key)
 			err = b.Set(key, r.Value, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("state: restore %s: %w", t, err)
 		}
 	}
+	s.keys.Add(offsetKey(t))
 	if err := b.Set(offsetKey(t), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}

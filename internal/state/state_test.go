@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -115,4 +116,73 @@ func fmtSlice(s []string) string {
 		out += x
 	}
 	return out + "]"
+}
+
+// TestKeyFilter: every key written (by a commit or a restore) or found at
+// open passes the filter, and a store reopened on the same directory reads
+// them back; most keys never written are rejected without Pebble.
+func TestKeyFilter(t *testing.T) {
+	f := newKeyFilterSized(1000)
+	f.complete.Store(true)
+	const n = 5000 // layers of 1000, 2000 and 4000 keys
+	for i := range n {
+		f.Add(fmt.Appendf(nil, "key-%d", i))
+	}
+	if got := len(*f.layers.Load()); got < 3 {
+		t.Fatalf("layers: %d, want ≥ 3 after %d keys", got, n)
+	}
+	for i := range n {
+		if !f.MayContain(fmt.Appendf(nil, "key-%d", i)) {
+			t.Fatalf("key-%d was added but is rejected", i)
+		}
+	}
+	fp := 0
+	for i := range 100000 {
+		if f.MayContain(fmt.Appendf(nil, "absent-%d", i)) {
+			fp++
+		}
+	}
+	if fp > 2000 { // 2%: the layers' rates add up
+		t.Fatalf("false positives: %d of 100000", fp)
+	}
+	t.Logf("%d keys in %d layers; %d false positives in 100000 absent keys", n, len(*f.layers.Load()), fp)
+
+	dir := t.TempDir()
+	st, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := Task{Topic: "in", Partition: 0}
+	txn := st.NewTxn()
+	key := append(task.Prefix(), "agg-1"...)
+	txn.Set(key, []byte("v1"))
+	txn.SetChangelogOffset(task, 7)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Restore(Task{Topic: "in", Partition: 1}, []Record{{Key: []byte("agg-2"), Value: []byte("v2")}}, 3); err != nil {
+		t.Fatal(err)
+	}
+	st.WaitKeyScan()
+	if _, ok, _ := st.Get(append(task.Prefix(), "agg-x"...)); ok {
+		t.Fatal("a key never written was found")
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.WaitKeyScan()
+	if v, ok, err := st.Get(key); err != nil || !ok || string(v) != "v1" {
+		t.Fatalf("after reopen: %q %v %v", v, ok, err)
+	}
+	if v, ok, err := st.Get(append(Task{Topic: "in", Partition: 1}.Prefix(), "agg-2"...)); err != nil || !ok || string(v) != "v2" {
+		t.Fatalf("restored key after reopen: %q %v %v", v, ok, err)
+	}
+	if off, err := st.ChangelogOffset(task); err != nil || off != 7 {
+		t.Fatalf("changelog offset after reopen: %d %v", off, err)
+	}
 }

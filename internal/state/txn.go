@@ -164,6 +164,7 @@ func (t *Txn) write() (err error) {
 		if w.val == nil {
 			err = b.Delete([]byte(k), nil)
 		} else {
+			t.s.keys.AddString(k) // before the batch is visible
 			err = b.Set([]byte(k), w.val, nil)
 		}
 		if err != nil {
@@ -171,6 +172,7 @@ func (t *Txn) write() (err error) {
 		}
 	}
 	for task, next := range t.offsets {
+		t.s.keys.Add(offsetKey(task))
 		if err := b.Set(offsetKey(task), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
 			return fmt.Errorf("state: commit: %w", err)
 		}
