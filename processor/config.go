@@ -158,3 +158,10 @@ func (c *Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// CacheOnCommit is the state.Options.CacheOnCommit of a processor's store:
+// aggregate records are read again by the aggregate's next event, so their
+// committed values enter the value cache; dedup marks and held events do not.
+func CacheOnCommit(changelogKey []byte) bool {
+	return len(changelogKey) > 0 && changelogKey[0] == projection.KindAggregate
+}

@@ -1,6 +1,9 @@
 package state
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // valueCache keeps recently committed or read values in memory, so that the
 // per-event reads of hot aggregates skip Pebble's memtable and block cache.
@@ -39,6 +42,11 @@ func (c *valueCache) put(k string, v []byte) {
 		return
 	}
 	c.mu.Lock()
+	c.putLocked(k, v)
+	c.mu.Unlock()
+}
+
+func (c *valueCache) putLocked(k string, v []byte) {
 	if _, ok := c.m[k]; !ok && len(c.m) >= c.cap {
 		n := c.cap / 8
 		for k := range c.m {
@@ -49,23 +57,34 @@ func (c *valueCache) put(k string, v []byte) {
 		}
 	}
 	c.m[k] = v
-	c.mu.Unlock()
 }
 
-// refresh replaces a cached value (v nil: deleted) but adds nothing new.
-func (c *valueCache) refresh(k string, v []byte) {
+// committed applies a commit's writes under one lock: values of hot keys
+// (by changelog key) enter the cache; other keys only refresh an entry that
+// a read brought in, so write-once keys (dedup marks) cannot evict the hot
+// aggregates.
+func (c *valueCache) committed(writes map[string]staged, hot func([]byte) bool) {
 	if c.cap == 0 {
 		return
 	}
 	c.mu.Lock()
-	if _, ok := c.m[k]; ok {
-		if v == nil {
-			delete(c.m, k)
-		} else {
-			c.m[k] = v
+	defer c.mu.Unlock()
+	for k, w := range writes {
+		if hot != nil && w.val != nil {
+			kb := unsafe.Slice(unsafe.StringData(k), len(k)) // read only
+			if _, ck, err := SplitKey(kb); err == nil && hot(ck) {
+				c.putLocked(k, w.val)
+				continue
+			}
+		}
+		if _, ok := c.m[k]; ok {
+			if w.val == nil {
+				delete(c.m, k)
+			} else {
+				c.m[k] = w.val
+			}
 		}
 	}
-	c.mu.Unlock()
 }
 
 func (c *valueCache) clear() {

@@ -101,6 +101,12 @@ type Options struct {
 	// CachedValues bounds the in-memory cache of committed values (hot
 	// aggregates read every few events); 0 means 262144, negative disables.
 	CachedValues int
+	// CacheOnCommit selects, by changelog key (the key after the task
+	// prefix), the committed values that enter the value cache even if no
+	// read brought them in: state that is read again soon (aggregates).
+	// Others – write-once keys such as dedup marks – only refresh an entry
+	// already cached, so they cannot evict the hot state. nil: none.
+	CacheOnCommit func(changelogKey []byte) bool
 }
 
 // Store is the Pebble database. It is safe for concurrent readers; writes go
@@ -113,6 +119,8 @@ type Store struct {
 	// stopScan ends it early (Close).
 	scanDone chan struct{}
 	stopScan atomic.Bool
+
+	cacheOnCommit func([]byte) bool
 	broken atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
@@ -144,7 +152,8 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{})}
+	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
+		cacheOnCommit: o.CacheOnCommit}
 	go s.scanKeys()
 	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -157,15 +158,27 @@ func (t *Txn) write() (err error) {
 		return nil
 	}
 	defer t.s.contain(&err)
-	b := t.s.db.NewBatch()
-	defer b.Close()
+	// In key order: the memtable's skiplist inserter reuses its last
+	// position, so sorted inserts (dedup ids are random hashes) cost a
+	// fraction of scattered ones.
+	keys := make([]string, 0, len(t.writes))
+	size := 0
 	for k, w := range t.writes {
+		keys = append(keys, k)
+		size += len(k) + len(w.val) + 16
+	}
+	slices.Sort(keys)
+	b := t.s.db.NewBatchWithSize(size)
+	defer b.Close()
+	for _, k := range keys {
+		w := t.writes[k]
+		kb := unsafe.Slice(unsafe.StringData(k), len(k)) // Batch.Set copies
 		var err error
 		if w.val == nil {
-			err = b.Delete([]byte(k), nil)
+			err = b.Delete(kb, nil)
 		} else {
 			t.s.keys.AddString(k) // before the batch is visible
-			err = b.Set([]byte(k), w.val, nil)
+			err = b.Set(kb, w.val, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("state: commit: %w", err)
@@ -185,11 +198,7 @@ func (t *Txn) write() (err error) {
 		t.s.broken.Store(true)
 		return fmt.Errorf("%w: state: commit: %w", ErrFatal, err)
 	}
-	for k, w := range t.writes {
-		// Only refresh what reads brought in: write-once keys (dedup
-		// marks) would otherwise evict the hot aggregates.
-		t.s.cache.refresh(k, w.val)
-	}
+	t.s.cache.committed(t.writes, t.s.cacheOnCommit)
 	return nil
 }
 
