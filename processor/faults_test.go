@@ -375,6 +375,16 @@ func TestFaultOutOfOrderVersions(t *testing.T) {
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 300})
 	e.waitCaughtUp(3 * time.Minute)
+	// Every gap closed: the gap index (what the gap metrics report) must
+	// say so, including gaps opened in one transaction and closed in the
+	// next while the first one's Pebble write was still in flight.
+	deadline := time.Now().Add(10 * time.Second)
+	for in.p.Stats().Gaps()["case-overview"].Open != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("open gaps after every gap was filled: %+v", in.p.Stats().Gaps())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}

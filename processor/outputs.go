@@ -16,12 +16,18 @@ import (
 // tombstone for a deletion). Encoding is by hand: the state is already JSON and
 // is embedded as is.
 func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record {
-	r := &kgo.Record{Topic: p.Topic, Key: []byte(c.Event.AggregateID)}
+	ev := c.Event
+	// Key and value share one buffer, sized for the value unless names need
+	// escaping (then append grows it).
+	n := len(ev.AggregateID) + 128 + len(p.Name) + 2*len(ev.AggregateID) + len(ev.AggregateType) +
+		len(c.State) + len(ev.EventID) + len(ev.EventType) + len(ev.OccurredAt)
+	buf := make([]byte, 0, n)
+	buf = append(buf, ev.AggregateID...)
+	r := &kgo.Record{Topic: p.Topic, Key: buf[:len(ev.AggregateID):len(ev.AggregateID)]}
 	if c.Deleted {
 		return r
 	}
-	ev := c.Event
-	b := make([]byte, 0, 160+len(c.State)+len(ev.AggregateID))
+	b := buf[len(buf):]
 	b = append(b, `{"projection":`...)
 	b = jsonenc.AppendString(b, p.Name)
 	b = append(b, `,"aggregateId":`...)

@@ -19,19 +19,22 @@ type tally struct {
 	events  map[[2]string]int64 // (projection, outcome)
 	dlq     map[string]int64
 	effects map[[2]string]int64 // (effect, status)
+	// gaps are the task's gap-index changes (zero time: closed), applied
+	// on commit; nil until one happens.
+	gaps map[gapKey]time.Time
 }
 
-func newTally() tally {
-	return tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}
+func newTally() *tally {
+	return &tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}
 }
 
-func (t tally) add(projection, outcome string) { t.events[[2]string{projection, outcome}]++ }
-func (t tally) addN(projection, outcome string, n int) {
+func (t *tally) add(projection, outcome string) { t.events[[2]string{projection, outcome}]++ }
+func (t *tally) addN(projection, outcome string, n int) {
 	if n > 0 {
 		t.events[[2]string{projection, outcome}] += int64(n)
 	}
 }
-func (t tally) addAll(gs []*projection.Guard, outcome string) {
+func (t *tally) addAll(gs []*projection.Guard, outcome string) {
 	if len(gs) == 0 {
 		t.add("", outcome)
 	}
@@ -39,8 +42,8 @@ func (t tally) addAll(gs []*projection.Guard, outcome string) {
 		t.add(g.P.Name, outcome)
 	}
 }
-func (t tally) deadLetter(reason string)     { t.dlq[reason]++ }
-func (t tally) effect(effect, status string) { t.effects[[2]string{effect, status}]++ }
+func (t *tally) deadLetter(reason string)     { t.dlq[reason]++ }
+func (t *tally) effect(effect, status string) { t.effects[[2]string{effect, status}]++ }
 
 // Stats are the processor's committed counters. Record-level outcomes of
 // records no projection accepts, and invalid records, count under projection
@@ -71,7 +74,7 @@ func newStats() *Stats {
 	}
 }
 
-func (s *Stats) addTally(t tally) {
+func (s *Stats) addTally(t *tally) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, v := range t.events {

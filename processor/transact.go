@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -43,7 +44,8 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		tl.add("", "invalid")
 		return nil
 	}
-	var matched []*projection.Guard
+	var arr [4]*projection.Guard // matched guards, usually one: no allocation
+	matched := arr[:0]
 	for _, g := range p.guards {
 		if g.P.Accepts(ev.AggregateType) {
 			matched = append(matched, g)
@@ -124,22 +126,40 @@ func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, agg
 	for _, d := range step.Dropped {
 		p.deadLetter(b, t.ID, d.Offset, d.Key, d.Value, ReasonGapTimeout, "held event dropped: gap not filled (or held limit reached)")
 	}
-	if g.P.Versioned && (step.Outcome == projection.Held || len(step.Changes) > 0 || len(step.Dropped) > 0) {
+	// An aggregate's gap opens, moves or closes only if events are held
+	// after the step, or held events were drained or dropped by it; an
+	// event applied in order on an aggregate holding nothing (one change)
+	// changes nothing.
+	if g.P.Versioned && (step.HeldCount > 0 || len(step.Changes) > 1 || len(step.Dropped) > 0 ||
+		(step.Outcome != projection.Applied && len(step.Changes) > 0)) {
 		p.trackGap(b, t, gapKey{g.P.Name, aggregate}, step)
 	}
 }
 
-// trackGap updates the task's gap index after the transaction commits.
+// trackGap records the aggregate's gap state for the task's gap index,
+// applied once the transaction commits (in transaction order, so a gap a
+// previous transaction opened and this one closes ends closed).
 func (p *Processor) trackGap(b *eos.Batch, t *eos.Task, k gapKey, step projection.Step) {
-	ts := t.Data.(*taskState)
-	count, since := step.HeldCount, step.HeldSince
-	b.OnCommit(func() {
-		if count > 0 {
-			ts.gaps[k] = since
-		} else {
-			delete(ts.gaps, k)
-		}
-	})
+	tl := p.tallyOf(b)
+	if tl.gaps == nil {
+		ts := t.Data.(*taskState)
+		gaps := map[gapKey]time.Time{}
+		tl.gaps = gaps
+		b.OnCommit(func() {
+			for k, since := range gaps {
+				if since.IsZero() {
+					delete(ts.gaps, k)
+				} else {
+					ts.gaps[k] = since
+				}
+			}
+		})
+	}
+	if step.HeldCount > 0 {
+		tl.gaps[k] = step.HeldSince
+	} else {
+		tl.gaps[k] = time.Time{}
+	}
 }
 
 func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {
@@ -150,8 +170,8 @@ func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, v
 // tallyOf is the batch's tally of outcomes, published when the transaction
 // commits. Each task has its own batch, so tasks processed concurrently
 // never share one.
-func (p *Processor) tallyOf(b *eos.Batch) tally {
-	if tl, ok := b.Data.(tally); ok {
+func (p *Processor) tallyOf(b *eos.Batch) *tally {
+	if tl, ok := b.Data.(*tally); ok {
 		return tl
 	}
 	tl := newTally()

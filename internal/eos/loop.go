@@ -595,3 +595,20 @@ func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reaso
 	}
 	b.tx.produce(r)
 }
+
+// NewTaskBatch returns a standalone transaction holding task t's batch,
+// outside any loop: for benchmarks and tools that drive a Handler directly.
+// Records go to produce; Commit writes the state to st and runs the hooks.
+func NewTaskBatch(st *state.Store, t *Task, now time.Time, produce func(*kgo.Record)) *Batch {
+	return newTxnBatches(st, now, "", produce, nil).For(t)
+}
+
+// Commit writes a standalone batch's state (NewTaskBatch) and runs its
+// commit hooks.
+func (b *Batch) Commit() error {
+	if err := b.Txn.Commit(); err != nil {
+		return err
+	}
+	b.tx.committed()
+	return nil
+}

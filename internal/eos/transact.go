@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -348,6 +349,7 @@ func (l *Loop) invalidate() {
 func (l *Loop) stageChangelog(b *Batch) error {
 	topic := l.cfg.ChangelogOf(b.task.ID.Topic)
 	n := len(b.task.Prefix)
+	recs := make([]kgo.Record, 0, b.Txn.Len()) // one allocation for all
 	var err error
 	b.Txn.Each(func(key string, val []byte) {
 		if len(key) < n || key[:n] != string(b.task.Prefix) {
@@ -356,7 +358,11 @@ func (l *Loop) stageChangelog(b *Batch) error {
 			err = fmt.Errorf("eos: task %s staged a key outside its prefix: %q", b.task.ID, key)
 			return
 		}
-		b.tx.produce(&kgo.Record{Topic: topic, Partition: b.task.ID.Partition, Key: []byte(key[n:]), Value: val})
+		// The staged key's bytes, not a copy: strings are immutable and
+		// the producer only reads the key.
+		k := unsafe.Slice(unsafe.StringData(key[n:]), len(key)-n)
+		recs = append(recs, kgo.Record{Topic: topic, Partition: b.task.ID.Partition, Key: k, Value: val})
+		b.tx.produce(&recs[len(recs)-1])
 	})
 	return err
 }

@@ -72,7 +72,7 @@ func (c *valueCache) committed(writes map[string]staged, hot func([]byte) bool) 
 	for k, w := range writes {
 		if hot != nil && w.val != nil {
 			kb := unsafe.Slice(unsafe.StringData(k), len(k)) // read only
-			if _, ck, err := SplitKey(kb); err == nil && hot(ck) {
+			if ck, ok := ChangelogKey(kb); ok && hot(ck) {
 				c.putLocked(k, w.val)
 				continue
 			}

@@ -71,6 +71,19 @@ func (t Task) AppendPrefix(dst []byte) []byte {
 	return binary.BigEndian.AppendUint32(dst, uint32(t.Partition))
 }
 
+// ChangelogKey is the part of a task-owned key after the task prefix (false
+// when key is not task-owned); unlike SplitKey it allocates nothing.
+func ChangelogKey(key []byte) ([]byte, bool) {
+	if len(key) < 3 || key[0] != 't' {
+		return nil, false
+	}
+	n := int(binary.BigEndian.Uint16(key[1:3]))
+	if len(key) < 3+n+4 {
+		return nil, false
+	}
+	return key[3+n+4:], true
+}
+
 // SplitKey splits a task-owned key into its task and the changelog key.
 func SplitKey(key []byte) (Task, []byte, error) {
 	if len(key) < 3 || key[0] != 't' {
