@@ -125,16 +125,16 @@ type Options struct {
 // Store is the Pebble database. It is safe for concurrent readers; writes go
 // through Txn.Commit or Restore, which the processor's loop owns.
 type Store struct {
-	db     *pebble.DB
-	cache  *valueCache
-	keys   *keyFilter
+	db    *pebble.DB
+	cache *valueCache
+	keys  *keyFilter
 	// scanDone closes when the opening scan of keys into the filter ended;
 	// stopScan ends it early (Close).
 	scanDone chan struct{}
 	stopScan atomic.Bool
 
 	cacheOnCommit func([]byte) bool
-	broken atomic.Bool // a fatal error was contained: Close must not touch Pebble
+	broken        atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
 // Open opens (creating if needed) the store in dir.
