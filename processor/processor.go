@@ -33,6 +33,7 @@ type taskState struct {
 	gaps   map[gapKey]time.Time
 	sweep  *dedup.Sweeper
 	filter *dedup.Filter // ids marked in this task (superset: may include aborted marks)
+	recent *dedup.Recent // committed marks, most recent (commit hooks add)
 }
 
 // sweepChunk bounds the dedup entries one transaction examines for expiry.
@@ -106,6 +107,9 @@ func (h *pipeline) Restored(t *eos.Task) error {
 	if old, ok := t.Data.(*taskState); ok {
 		ts.sweep = old.sweep // a pass in progress survives a re-restore
 		ts.filter = old.filter
+		if t.RestoredRecords == 0 {
+			ts.recent = old.recent // nothing changed underneath
+		}
 	} else {
 		ts.sweep = p.cfg.Dedup.NewSweeper(p.cfg.Now())
 	}
@@ -115,6 +119,9 @@ func (h *pipeline) Restored(t *eos.Task) error {
 			return err
 		}
 		ts.filter = f
+	}
+	if ts.recent == nil {
+		ts.recent = dedup.NewRecent(p.cfg.RecentIDs)
 	}
 	t.Data = ts
 	heldPrefix := append(append([]byte(nil), t.Prefix...), projection.KindHeld)

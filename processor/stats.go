@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/projection"
 )
@@ -22,6 +23,33 @@ type tally struct {
 	// gaps are the task's gap-index changes (zero time: closed), applied
 	// on commit; nil until one happens.
 	gaps map[gapKey]time.Time
+	// marks go to the task's front cache of recent ids on commit.
+	marks  []mark
+	recent *dedup.Recent
+}
+
+type mark struct {
+	id dedup.ID
+	fp [32]byte
+	at time.Time
+}
+
+// marked queues a dedup mark for the task's front cache (added on commit:
+// the cache holds committed marks only).
+func (t *tally) marked(ts *taskState, id dedup.ID, fp [32]byte, at time.Time) {
+	if ts.recent == nil {
+		return
+	}
+	t.recent = ts.recent
+	t.marks = append(t.marks, mark{id, fp, at})
+}
+
+// commitMarks adds the queued marks to the front cache.
+func (t *tally) commitMarks() {
+	for _, m := range t.marks {
+		t.recent.Add(m.id, m.fp, m.at)
+	}
+	t.marks = nil
 }
 
 func newTally() *tally {

@@ -54,9 +54,15 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	fp := ev.Fingerprint()
 	id := dedup.MakeID(ev.TenantID, ev.EventID)
 	ts := t.Data.(*taskState)
-	verdict, err := p.cfg.Dedup.Check(b.Txn, ts.filter, t.Prefix, id, fp, b.Now)
-	if err != nil {
-		return err
+	verdict, known := dedup.New, false
+	if ts.filter.MayContain(id) {
+		verdict, known = ts.recent.Check(id, fp, b.Now, p.cfg.Dedup.Retention())
+	}
+	if !known {
+		var err error
+		if verdict, err = p.cfg.Dedup.Check(b.Txn, ts.filter, t.Prefix, id, fp, b.Now); err != nil {
+			return err
+		}
 	}
 	switch verdict {
 	case dedup.Duplicate:
@@ -79,6 +85,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		}
 	}
 	p.cfg.Dedup.Mark(b.Txn, ts.filter, t.Prefix, id, fp, b.Now)
+	p.tallyOf(b).marked(ts, id, fp, b.Now)
 	if len(matched) == 0 {
 		tl.add("", "filtered") // no projection takes this aggregate type
 		return nil
@@ -176,6 +183,7 @@ func (p *Processor) tallyOf(b *eos.Batch) *tally {
 	}
 	tl := newTally()
 	b.Data = tl
+	b.OnCommit(tl.commitMarks)
 	b.OnCommitted(func() { p.stats.addTally(tl) })
 	return tl
 }

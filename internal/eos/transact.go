@@ -161,8 +161,10 @@ type inflight struct {
 	produced int64
 }
 
+// write runs on its own goroutine while the next transaction reads through
+// the txns: it must not change them (state.Store.WriteAll only reads).
 func (f *inflight) write(st *state.Store, txns []*state.Txn) {
-	f.err = st.CommitAll(txns)
+	f.err = st.WriteAll(txns)
 	f.took = time.Since(f.start)
 	close(f.done)
 }
@@ -186,6 +188,9 @@ func (l *Loop) finish(f *inflight) error {
 		// (invariant 2).
 		f.tx.aborted()
 		return fmt.Errorf("eos: state commit after Kafka commit: %w", f.err)
+	}
+	for _, t := range f.txns {
+		t.Finish()
 	}
 	f.tx.committed()
 	l.stats.addTxn("committed", f.took)

@@ -122,26 +122,39 @@ func (t *Txn) Commit() error {
 	if err := t.write(); err != nil {
 		return err
 	}
-	t.finish()
+	t.Finish()
 	return nil
 }
 
 // CommitAll commits txns that own disjoint keys – one per task – each in its
+// own synced batch, in order, stopping at the first failure (WriteAll), then
+// runs their hooks and empties them (Finish).
+func (s *Store) CommitAll(txns []*Txn) error {
+	if err := s.WriteAll(txns); err != nil {
+		return err
+	}
+	for _, t := range txns {
+		t.Finish()
+	}
+	return nil
+}
+
+// WriteAll writes txns that own disjoint keys – one per task – each in its
 // own synced batch, in order, stopping at the first failure. Every batch
 // carries its task's changelog offset, so invariant 3 holds per task, the
 // unit a restore works in: after a crash between two of the batches, each
-// task restores from the offset its own batch recorded. The hooks run once
-// every batch has landed, in the order of txns. (Sequential on purpose: a
-// failed WAL write leaves Pebble unusable, and a concurrent commit would
-// then run into Pebble's own panics.)
-func (s *Store) CommitAll(txns []*Txn) error {
+// task restores from the offset its own batch recorded. (Sequential on
+// purpose: a failed WAL write leaves Pebble unusable, and a concurrent commit
+// would then run into Pebble's own panics.)
+//
+// WriteAll only reads the txns, so other goroutines may keep reading through
+// them (NewTxnOver) meanwhile; Finish them afterwards, on the owner's
+// goroutine.
+func (s *Store) WriteAll(txns []*Txn) error {
 	for _, t := range txns {
 		if err := t.write(); err != nil {
 			return err
 		}
-	}
-	for _, t := range txns {
-		t.finish()
 	}
 	return nil
 }
@@ -202,8 +215,8 @@ func (t *Txn) write() (err error) {
 	return nil
 }
 
-// finish runs the after-commit hooks and empties the txn.
-func (t *Txn) finish() {
+// Finish runs the after-commit hooks of a written txn and empties it.
+func (t *Txn) Finish() {
 	for _, fn := range t.after {
 		fn()
 	}
