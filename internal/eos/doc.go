@@ -20,7 +20,15 @@
 //  5. Fencing is fatal: the transactional id is stable per instance; an End
 //     error (fenced, or any other: none is retryable) stops Run.
 //
+// A transaction has one Batch and one state.Txn per task; each task's state
+// is one Pebble batch with its changelog offset (docs/decisions/004).
+//
 // Goroutines: Run owns the loop and every client it creates. kgo's group
 // callbacks only record assignment changes under a mutex; the loop acts on
-// them between transactions. Handler methods are called from the loop only.
+// them between transactions. Handler methods are called from the loop, except
+// Process with Config.Parallel: then each task's records are processed on one
+// of up to GOMAXPROCS goroutines, never two tasks' records sharing a Batch.
+// With Config.AsyncCommit a goroutine writes the committed transaction to
+// Pebble (reading its txns only) while the loop goes on; the loop runs the
+// hooks once the write has landed.
 package eos

@@ -10,9 +10,11 @@
 //     has committed. A discarded Txn leaves no trace.
 //  2. Read-your-writes. Txn.Get consults the staged overlay before Pebble, so
 //     two events of one aggregate in one transaction see each other.
-//  3. Every commit is durable (pebble.Sync) and atomic: the state writes and the
-//     changelog offsets they reflect land in one batch, so after a crash Pebble
-//     says exactly which changelog offset to restore from.
+//  3. Every commit is durable (pebble.Sync) and atomic per task: a task's state
+//     writes and the changelog offset they reflect land in one batch, so after
+//     a crash Pebble says exactly which changelog offset each task restores
+//     from (a transaction spanning tasks is several batches; see
+//     docs/decisions/004).
 //
 // Key layout. Keys owned by an input partition (a "task") start with the task
 // prefix: 't', uint16 topic length, topic, uint32 partition. What follows the
