@@ -1,21 +1,34 @@
 package state
 
 import (
+	"hash/maphash"
 	"sync"
 	"unsafe"
 )
 
 // valueCache keeps recently committed or read values in memory, so that the
 // per-event reads of hot aggregates skip Pebble's memtable and block cache.
-// It holds committed values only (Txn.Commit updates it after the batch is
+// It holds committed values only (a commit updates it after the batch is
 // durable; restores clear it), so a hit is exactly what Pebble would return.
 // Eviction is arbitrary (Go's map order): cheap, and good enough for a cache
 // whose working set is "aggregates touched recently".
+//
+// It is sharded by key hash, each shard with its own lock: tasks processed in
+// parallel read it while the overlapped commit writes it.
 type valueCache struct {
+	shards []cacheShard
+}
+
+type cacheShard struct {
 	mu  sync.Mutex
 	m   map[string][]byte
 	cap int
+	_   [40]byte // keep shards' locks off one cache line
 }
+
+const cacheShards = 16
+
+var cacheSeed = maphash.MakeSeed()
 
 func newValueCache(capacity int) *valueCache {
 	if capacity == 0 {
@@ -24,74 +37,86 @@ func newValueCache(capacity int) *valueCache {
 	if capacity < 0 {
 		return &valueCache{}
 	}
-	return &valueCache{m: make(map[string][]byte, capacity), cap: capacity}
+	c := &valueCache{shards: make([]cacheShard, cacheShards)}
+	for i := range c.shards {
+		per := max(1, capacity/cacheShards)
+		c.shards[i] = cacheShard{m: make(map[string][]byte, per), cap: per}
+	}
+	return c
+}
+
+func (c *valueCache) shard(k []byte) *cacheShard {
+	return &c.shards[maphash.Bytes(cacheSeed, k)%cacheShards]
 }
 
 func (c *valueCache) get(k []byte) ([]byte, bool) {
-	if c.cap == 0 {
+	if c.shards == nil {
 		return nil, false
 	}
-	c.mu.Lock()
-	v, ok := c.m[string(k)]
-	c.mu.Unlock()
+	s := c.shard(k)
+	s.mu.Lock()
+	v, ok := s.m[string(k)]
+	s.mu.Unlock()
 	return v, ok
 }
 
 func (c *valueCache) put(k string, v []byte) {
-	if c.cap == 0 {
+	if c.shards == nil {
 		return
 	}
-	c.mu.Lock()
-	c.putLocked(k, v)
-	c.mu.Unlock()
+	s := c.shard(unsafe.Slice(unsafe.StringData(k), len(k)))
+	s.mu.Lock()
+	s.putLocked(k, v)
+	s.mu.Unlock()
 }
 
-func (c *valueCache) putLocked(k string, v []byte) {
-	if _, ok := c.m[k]; !ok && len(c.m) >= c.cap {
-		n := c.cap / 8
-		for k := range c.m {
-			delete(c.m, k)
+func (s *cacheShard) putLocked(k string, v []byte) {
+	if _, ok := s.m[k]; !ok && len(s.m) >= s.cap {
+		n := max(1, s.cap/8)
+		for k := range s.m {
+			delete(s.m, k)
 			if n--; n <= 0 {
 				break
 			}
 		}
 	}
-	c.m[k] = v
+	s.m[k] = v
 }
 
-// committed applies a commit's writes under one lock: values of hot keys
-// (by changelog key) enter the cache; other keys only refresh an entry that
-// a read brought in, so write-once keys (dedup marks) cannot evict the hot
-// aggregates.
+// committed applies a commit's writes: values of hot keys (by changelog key)
+// enter the cache; other keys only refresh an entry that a read brought in,
+// so write-once keys (dedup marks) cannot evict the hot aggregates.
 func (c *valueCache) committed(writes map[string]staged, hot func([]byte) bool) {
-	if c.cap == 0 {
+	if c.shards == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for k, w := range writes {
+		kb := unsafe.Slice(unsafe.StringData(k), len(k)) // read only
+		s := c.shard(kb)
+		s.mu.Lock()
 		if hot != nil && w.val != nil {
-			kb := unsafe.Slice(unsafe.StringData(k), len(k)) // read only
 			if ck, ok := ChangelogKey(kb); ok && hot(ck) {
-				c.putLocked(k, w.val)
+				s.putLocked(k, w.val)
+				s.mu.Unlock()
 				continue
 			}
 		}
-		if _, ok := c.m[k]; ok {
+		if _, ok := s.m[k]; ok {
 			if w.val == nil {
-				delete(c.m, k)
+				delete(s.m, k)
 			} else {
-				c.m[k] = w.val
+				s.m[k] = w.val
 			}
 		}
+		s.mu.Unlock()
 	}
 }
 
 func (c *valueCache) clear() {
-	if c.cap == 0 {
-		return
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		clear(s.m)
+		s.mu.Unlock()
 	}
-	c.mu.Lock()
-	clear(c.m)
-	c.mu.Unlock()
 }
