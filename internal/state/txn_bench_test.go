@@ -68,30 +68,3 @@ func BenchmarkTxnStageAndCommit(b *testing.B) {
 	}
 }
 
-// BenchmarkChangelogEncode is the changelog walk alone, per staged key: Each
-// over a 10000-key transaction, splitting every key into task and changelog
-// key as the processor does.
-func BenchmarkChangelogEncode(b *testing.B) {
-	st, err := state.Open(b.TempDir(), state.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	prefix := state.Task{Topic: "case-events", Partition: 0}.Prefix()
-	txn := st.NewTxn()
-	for n := range benchTxnSize {
-		dk, ak := benchKeys(prefix, n)
-		txn.Set(dk, benchFP)
-		txn.Set(ak, benchAgg)
-	}
-	keys := txn.Len()
-	b.ReportAllocs()
-	for b.Loop() {
-		txn.Each(func(key string, val []byte) {
-			if _, _, err := state.SplitKey([]byte(key)); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(keys), "ns/key")
-}
