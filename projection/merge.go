@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/projector-dev/projector/internal/jsonenc"
 )
 
 // MergePatch applies an RFC 7386 JSON merge patch to a JSON object document
@@ -171,7 +173,7 @@ func appendMemberKey(dst []byte, first int, key []byte) []byte {
 	if len(dst) > first {
 		dst = append(dst, ',')
 	}
-	dst = appendString(dst, key)
+	dst = jsonenc.AppendString(dst, key)
 	return append(dst, ':')
 }
 
@@ -289,36 +291,6 @@ func unquote(tok []byte) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(s), nil
-}
-
-// appendString appends s as a JSON string, exactly as jsonenc.AppendString
-// does (only quotes, backslashes and control characters are escaped).
-func appendString(b, s []byte) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 func skipWS(b []byte, i int) int {

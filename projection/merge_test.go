@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-
-	"github.com/projector-dev/projector/internal/jsonenc"
 )
 
 // mergeCases are merges with their expected results (want "" : an error).
@@ -204,14 +202,6 @@ func FuzzMergePatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc, patch []byte) {
 		sameAsReference(t, doc, patch)
 	})
-}
-
-func TestAppendStringMatchesJSONEnc(t *testing.T) {
-	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "nl\nx", "tab\t", "ctl\x01\x1f\b\f", "ünïcode ✓", "</script>", "\xff\xfe"} {
-		if got, want := string(appendString([]byte("x"), []byte(s))), "x"+string(jsonenc.AppendString(nil, s)); got != want {
-			t.Errorf("%q: %s, want %s", s, got, want)
-		}
-	}
 }
 
 // TestMergePatchAllocs: one allocation, the result, for a typical merge

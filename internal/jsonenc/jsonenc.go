@@ -2,10 +2,10 @@
 // output records on the hot path (projection records, intents).
 package jsonenc
 
-// AppendString appends s as a JSON string. Callers pass validated UTF-8
-// (decoded envelope fields), so only quotes, backslashes and control
-// characters need escaping.
-func AppendString(b []byte, s string) []byte {
+// AppendString appends s (a string or bytes) as a JSON string. Callers pass
+// validated UTF-8 (decoded envelope fields, parsed JSON), so only quotes,
+// backslashes and control characters need escaping.
+func AppendString[S ~string | ~[]byte](b []byte, s S) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0

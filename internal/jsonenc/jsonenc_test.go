@@ -12,5 +12,8 @@ func TestAppendStringRoundTrips(t *testing.T) {
 		if err := json.Unmarshal(b, &got); err != nil || got != s {
 			t.Errorf("%q: encoded %s, decoded %q, err %v", s, b, got, err)
 		}
+		if fromBytes := AppendString([]byte("x"), []byte(s)); string(fromBytes) != "x"+string(b) {
+			t.Errorf("%q: from bytes %s, from a string %s", s, fromBytes[1:], b)
+		}
 	}
 }

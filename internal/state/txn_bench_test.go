@@ -67,4 +67,3 @@ func BenchmarkTxnStageAndCommit(b *testing.B) {
 		}
 	}
 }
-
