@@ -166,9 +166,10 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// CacheOnCommit is the state.Options.CacheOnCommit of a processor's store:
-// aggregate records are read again by the aggregate's next event, so their
-// committed values enter the value cache; dedup marks and held events do not.
-func CacheOnCommit(changelogKey []byte) bool {
+// Cached is the state.Options.Cached of a processor's store: aggregate
+// records are read again by the aggregate's next event, so the value cache
+// holds them; dedup marks (write-once, read rarely: the per-task filter and
+// the recent-ids cache answer most checks) and held events it does not.
+func Cached(changelogKey []byte) bool {
 	return len(changelogKey) > 0 && changelogKey[0] == projection.KindAggregate
 }

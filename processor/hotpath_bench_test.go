@@ -25,7 +25,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 		aggregates = 10_000
 		txnSize    = 5000
 	)
-	st, err := state.Open(b.TempDir(), state.Options{CacheOnCommit: CacheOnCommit})
+	st, err := state.Open(b.TempDir(), state.Options{Cached: Cached})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -238,7 +238,7 @@ func (a *App) Ready() bool {
 
 func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Projection, copts []kgo.Opt) error {
 	var err error
-	if a.Store, err = openStore(ProcessorDir(cfg), cfg, processor.CacheOnCommit); err != nil {
+	if a.Store, err = openStore(ProcessorDir(cfg), cfg, processor.Cached); err != nil {
 		return err
 	}
 	policy, err := projection.ParsePolicy(cfg.Gaps.OnTimeout)
@@ -282,11 +282,11 @@ func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error 
 	return err
 }
 
-func openStore(dir string, cfg *config.Config, cacheOnCommit func([]byte) bool) (*state.Store, error) {
+func openStore(dir string, cfg *config.Config, cached func([]byte) bool) (*state.Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
-	return state.Open(dir, state.Options{CacheBytes: int64(cfg.State.CacheSize), CacheOnCommit: cacheOnCommit})
+	return state.Open(dir, state.Options{CacheBytes: int64(cfg.State.CacheSize), Cached: cached})
 }
 
 // Run runs the processor and the executor (whichever this role has) until

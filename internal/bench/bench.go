@@ -498,7 +498,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 func pipeline(ctx context.Context, o Options, brokers []string, input, name, stateDir string, want int64) (Phase, map[string]int64, error) {
 	ph := Phase{Name: "pipeline"}
 	defer os.RemoveAll(stateDir)
-	st, err := state.Open(stateDir, state.Options{CacheOnCommit: processor.CacheOnCommit})
+	st, err := state.Open(stateDir, state.Options{Cached: processor.Cached})
 	if err != nil {
 		return ph, nil, err
 	}

@@ -83,23 +83,26 @@ func (s *cacheShard) putLocked(k string, v []byte) {
 	s.m[k] = v
 }
 
-// committed applies a commit's writes: values of hot keys (by changelog key)
-// enter the cache; other keys only refresh an entry that a read brought in,
-// so write-once keys (dedup marks) cannot evict the hot aggregates.
-func (c *valueCache) committed(writes map[string]staged, hot func([]byte) bool) {
+// committed applies a commit's writes. With a selection of cached keys
+// (Options.Cached), their values enter the cache and other keys are skipped
+// (never cached); without, entries a read brought in are refreshed.
+func (c *valueCache) committed(writes map[string]staged, cached func([]byte) bool) {
 	if c.shards == nil {
 		return
 	}
 	for k, w := range writes {
 		kb := unsafe.Slice(unsafe.StringData(k), len(k)) // read only
-		s := c.shard(kb)
-		s.mu.Lock()
-		if hot != nil && w.val != nil {
-			if ck, ok := ChangelogKey(kb); ok && hot(ck) {
-				s.putLocked(k, w.val)
-				s.mu.Unlock()
+		if cached != nil {
+			if ck, ok := ChangelogKey(kb); !ok || !cached(ck) {
 				continue
 			}
+		}
+		s := c.shard(kb)
+		s.mu.Lock()
+		if cached != nil && w.val != nil {
+			s.putLocked(k, w.val)
+			s.mu.Unlock()
+			continue
 		}
 		if _, ok := s.m[k]; ok {
 			if w.val == nil {

@@ -116,12 +116,12 @@ type Options struct {
 	// CachedValues bounds the in-memory cache of committed values (hot
 	// aggregates read every few events); 0 means 262144, negative disables.
 	CachedValues int
-	// CacheOnCommit selects, by changelog key (the key after the task
-	// prefix), the committed values that enter the value cache even if no
-	// read brought them in: state that is read again soon (aggregates).
-	// Others – write-once keys such as dedup marks – only refresh an entry
-	// already cached, so they cannot evict the hot state. nil: none.
-	CacheOnCommit func(changelogKey []byte) bool
+	// Cached selects, by changelog key (the key after the task prefix), the
+	// keys the value cache holds: state read again soon (aggregates). Their
+	// values enter it when read and when committed; other keys – write-once
+	// dedup marks – never do, so they cannot evict the hot state and cost a
+	// commit nothing. nil: every key read enters, commits refresh them.
+	Cached func(changelogKey []byte) bool
 }
 
 // Store is the Pebble database. It is safe for concurrent readers; writes go
@@ -135,7 +135,7 @@ type Store struct {
 	scanDone chan struct{}
 	stopScan atomic.Bool
 
-	cacheOnCommit func([]byte) bool
+	cached func([]byte) bool
 	broken        atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
@@ -168,7 +168,7 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
 	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
-		cacheOnCommit: o.CacheOnCommit}
+		cached: o.Cached}
 	go s.scanKeys()
 	return s, nil
 }
@@ -229,8 +229,11 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	if !s.keys.MayContain(key) {
 		return nil, false, nil // never written
 	}
-	if v, ok := s.cache.get(key); ok {
-		return v, true, nil
+	cached := s.isCached(key)
+	if cached {
+		if v, ok := s.cache.get(key); ok {
+			return v, true, nil
+		}
 	}
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -241,8 +244,19 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	}
 	out := append([]byte(nil), v...)
 	closer.Close()
-	s.cache.put(string(key), out)
+	if cached {
+		s.cache.put(string(key), out)
+	}
 	return out, true, nil
+}
+
+// isCached reports whether the value cache holds key (Options.Cached).
+func (s *Store) isCached(key []byte) bool {
+	if s.cached == nil {
+		return true
+	}
+	ck, ok := ChangelogKey(key)
+	return ok && s.cached(ck)
 }
 
 // ChangelogOffset returns the next changelog offset the task's state must be

@@ -186,3 +186,55 @@ func TestKeyFilter(t *testing.T) {
 		t.Fatalf("changelog offset after reopen: %d %v", off, err)
 	}
 }
+
+// TestCachedSelection: with Options.Cached, only the selected keys enter the
+// value cache – on read and on commit – and a commit keeps them current.
+func TestCachedSelection(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{Cached: func(ck []byte) bool { return len(ck) > 0 && ck[0] == 'a' }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pre := Task{Topic: "in", Partition: 0}.Prefix()
+	agg, mark := append(append([]byte(nil), pre...), "a1"...), append(append([]byte(nil), pre...), "d1"...)
+	txn := st.NewTxn()
+	txn.Set(agg, []byte("v1"))
+	txn.Set(mark, []byte("m1"))
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := st.cache.get(agg); !ok || string(v) != "v1" {
+		t.Fatalf("selected key after commit: cached %q %v, want v1", v, ok)
+	}
+	if _, ok := st.cache.get(mark); ok {
+		t.Fatal("an unselected key entered the cache on commit")
+	}
+	st.cache.clear()
+	for _, k := range [][]byte{agg, mark} {
+		if _, ok, err := st.Get(k); !ok || err != nil {
+			t.Fatalf("get %q: %v %v", k, ok, err)
+		}
+	}
+	if _, ok := st.cache.get(agg); !ok {
+		t.Fatal("a selected key read from Pebble was not cached")
+	}
+	if _, ok := st.cache.get(mark); ok {
+		t.Fatal("an unselected key entered the cache on read")
+	}
+	txn = st.NewTxn()
+	txn.Set(agg, []byte("v2"))
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := st.Get(agg); string(v) != "v2" {
+		t.Fatalf("after a second commit: %q, want v2", v)
+	}
+	txn = st.NewTxn()
+	txn.Delete(agg)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := st.Get(agg); ok {
+		t.Fatal("a deleted key is still read")
+	}
+}

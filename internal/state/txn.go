@@ -211,7 +211,7 @@ func (t *Txn) write() (err error) {
 		t.s.broken.Store(true)
 		return fmt.Errorf("%w: state: commit: %w", ErrFatal, err)
 	}
-	t.s.cache.committed(t.writes, t.s.cacheOnCommit)
+	t.s.cache.committed(t.writes, t.s.cached)
 	return nil
 }
 
