@@ -136,7 +136,7 @@ type Store struct {
 	stopScan atomic.Bool
 
 	cached func([]byte) bool
-	broken        atomic.Bool // a fatal error was contained: Close must not touch Pebble
+	broken atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
 // Open opens (creating if needed) the store in dir.
