@@ -24,5 +24,10 @@
 //
 // Goroutines: Run owns the loop and every client it creates. kgo's group
 // callbacks only record assignment changes under a mutex; the loop acts on
-// them between transactions.
+// them between transactions. The records of different input partitions are
+// processed on up to GOMAXPROCS goroutines at once (each partition's in
+// order, on one goroutine), so a projection.Handler and the EffectRules are
+// called concurrently and must not keep unsynchronised state; the built-in
+// Rules and sideeffects.Rules keep none. A committed transaction is written
+// to Pebble on a goroutine while the next one runs (decision 004).
 package processor

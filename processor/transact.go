@@ -133,12 +133,10 @@ func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, agg
 	for _, d := range step.Dropped {
 		p.deadLetter(b, t.ID, d.Offset, d.Key, d.Value, ReasonGapTimeout, "held event dropped: gap not filled (or held limit reached)")
 	}
-	// An aggregate's gap opens, moves or closes only if events are held
-	// after the step, or held events were drained or dropped by it; an
-	// event applied in order on an aggregate holding nothing (one change)
-	// changes nothing.
-	if g.P.Versioned && (step.HeldCount > 0 || len(step.Changes) > 1 || len(step.Dropped) > 0 ||
-		(step.Outcome != projection.Applied && len(step.Changes) > 0)) {
+	// A gap opens, moves or closes only on an aggregate that holds events
+	// before or after the step; most steps (in order, nothing held) skip
+	// the index.
+	if g.P.Versioned && (step.HeldBefore > 0 || step.HeldCount > 0) {
 		p.trackGap(b, t, gapKey{g.P.Name, aggregate}, step)
 	}
 }

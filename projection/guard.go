@@ -74,9 +74,11 @@ type Step struct {
 	Failures []Failure // dead-letter these with reason handler-error
 	Dropped  []Source  // dead-letter these with reason gap-timeout
 	// Gap is the aggregate's gap after the step: HeldCount events wait since
-	// HeldSince (zero when none wait).
-	HeldCount int64
-	HeldSince time.Time
+	// HeldSince (zero when none wait). HeldBefore is how many waited before
+	// it: a step with both zero cannot have opened, moved or closed a gap.
+	HeldCount  int64
+	HeldSince  time.Time
+	HeldBefore int64
 }
 
 // Guard applies one projection's events to aggregate state through a KV.
@@ -272,7 +274,7 @@ func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.
 	if err != nil {
 		return Step{}, err
 	}
-	var step Step
+	step := Step{HeldBefore: st.heldCount}
 	if !g.P.Versioned {
 		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes, false)
 		return step, nil
@@ -532,6 +534,7 @@ func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now
 	if err != nil || st.heldCount == 0 {
 		return step, err
 	}
+	step.HeldBefore = st.heldCount
 	hp := HeldPrefix(taskPrefix, g.P.Name, aggregate)
 	type held struct {
 		key, val []byte

@@ -28,7 +28,9 @@ type Event = envelope.Event
 // Handler computes an aggregate's next state from an applied event. state is
 // the current JSON object ("{}" for a new or deleted aggregate) and must not be
 // modified. Library users implement Handler to write projections in code; the
-// declarative Rules are one implementation.
+// declarative Rules are one implementation. The processor calls Apply from
+// several goroutines at once (one per input partition being processed), never
+// concurrently for one aggregate: an implementation must be safe for that.
 type Handler interface {
 	Apply(state []byte, ev *Event) (Result, error)
 }

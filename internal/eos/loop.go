@@ -93,9 +93,13 @@ type Config struct {
 	// AsyncCommit writes a committed transaction's state to Pebble in the
 	// background while the next transaction polls and processes; the next
 	// transaction reads the staged writes until they land. The commit hooks
-	// then run when the write has landed, at the latest before the next
-	// transaction ends, before a restore, and before Run returns. Off, they
-	// run before transact returns (the executor's Runners wait on them).
+	// then run when the write has landed: between transactions when the
+	// loop is idle, otherwise once the next transaction's End returned and
+	// before its own write starts (so hooks run in transaction order, but
+	// after the next transaction's Begin and Process: in-memory indexes they
+	// update may lag the state by one transaction), and always before a
+	// restore and before Run returns. Off, they run before transact returns
+	// (the executor's Runners wait on them).
 	AsyncCommit bool
 }
 
@@ -130,8 +134,10 @@ type Loop struct {
 	// error; a record the broker will never take must not loop forever.
 	produceAborts int
 	// inflight is the committed transaction whose Pebble write is running
-	// (AsyncCommit); settle finishes it.
+	// (AsyncCommit); settle finishes it. writers counts the goroutines
+	// writing (Run waits for them).
 	inflight *inflight
+	writers  sync.WaitGroup
 }
 
 // maxProduceAborts is how many transactions in a row may abort on produce
@@ -159,6 +165,16 @@ func New(cfg Config, h Handler) *Loop {
 func (l *Loop) Wake() {
 	l.mu.Lock()
 	l.woken = true
+	if l.pollCancel != nil {
+		l.pollCancel()
+	}
+	l.mu.Unlock()
+}
+
+// interruptPoll ends the poll in progress, if any (unlike Wake, not the next
+// one): an idle loop then runs the hooks of a write that just landed.
+func (l *Loop) interruptPoll() {
+	l.mu.Lock()
 	if l.pollCancel != nil {
 		l.pollCancel()
 	}
@@ -270,6 +286,7 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			l.h.Revoked(t)
 		}
 	}()
+	defer l.writers.Wait() // after the settle below: its goroutine has returned
 	defer func() {
 		// A transaction Kafka committed is written to Pebble whatever
 		// made Run return.
@@ -368,7 +385,7 @@ func (l *Loop) closeSession(sess *kgo.GroupTransactSession) {
 // stopping turns an error caused by shutdown (a restore cut short, say) into
 // a clean stop: no transaction is open at these points, so nothing is lost.
 func (l *Loop) stopping(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(err, errStateCommit) {
 		l.cfg.Logger.Info("stopping", "interrupted", err)
 		return nil
 	}

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -141,13 +142,19 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 		f.write(l.cfg.Store, txns)
 		return l.finish(f)
 	}
+	l.writers.Add(1)
 	go func() {
+		defer l.writers.Done()
 		f.write(l.cfg.Store, txns)
-		l.Wake() // an idle loop settles it without waiting for records
+		l.interruptPoll() // an idle loop settles it without waiting for records
 	}()
 	l.inflight = f
 	return nil
 }
+
+// errStateCommit: Kafka committed a transaction that Pebble did not get.
+// Never masked as a clean stop: the restart must restore.
+var errStateCommit = errors.New("eos: state commit after Kafka commit")
 
 // inflight is a committed transaction's Pebble write.
 type inflight struct {
@@ -187,7 +194,7 @@ func (l *Loop) finish(f *inflight) error {
 		// Stop: on restart the changelog restores what is missing
 		// (invariant 2).
 		f.tx.aborted()
-		return fmt.Errorf("eos: state commit after Kafka commit: %w", f.err)
+		return fmt.Errorf("%w: %w", errStateCommit, f.err)
 	}
 	for _, t := range f.txns {
 		t.Finish()

@@ -1,0 +1,144 @@
+package processor_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/projection"
+)
+
+// Gap-index regressions found in review of the overlapped commit (decision
+// 004): the index lags the state by one transaction, so it must record every
+// step that can change a gap, and expiry must decide on the state itself.
+
+// v1 applied, v3 held (its payload is not an object: its application will
+// fail), v2 fills the gap: v3 is drained, fails, is dead-lettered. Nothing is
+// held any more, yet the gap index keeps the gap.
+func TestGapIndexFailedDrainCloses(t *testing.T) {
+	ev := func(v int, payload string) workload.Record {
+		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
+			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":%s}`, v, v, payload))}
+	}
+	e := newEnv(t, 1)
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: now})
+	e.produce([]workload.Record{ev(1, `{"a":1}`), ev(3, `[1]`)})
+	e.waitCaughtUp(time.Minute)
+	time.Sleep(500 * time.Millisecond)
+	e.produce([]workload.Record{ev(2, `{"b":2}`)})
+	e.waitCaughtUp(time.Minute)
+	time.Sleep(time.Second)
+	t.Logf("gaps after v2: %+v; dead letters: %d", in.p.Stats().Gaps(), len(e.read(dlqTopic)))
+	skew.Store(int64(2 * time.Minute))
+	time.Sleep(time.Second)
+	c0 := in.p.Stats().Transactions("committed")
+	time.Sleep(3 * time.Second)
+	c1 := in.p.Stats().Transactions("committed")
+	t.Logf("gaps: %+v; committed transactions in 3s with no input: %d", in.p.Stats().Gaps(), c1-c0)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if c1-c0 > 2 {
+		t.Errorf("phantom gap: %d empty transactions in 3s", c1-c0)
+	}
+}
+
+// Version 1 applied, v3 and v5 held at t0. At t0+50s v2 arrives: v3 drains,
+// v5 stays held behind a new gap that opens at t0+50s and must wait a full
+// hold timeout (1m). The clock reaches t0+65s right after that transaction
+// commits. v5 must not be dead-lettered yet.
+func TestGapExpiryWaitsForTheMovedGap(t *testing.T) {
+	ev := func(v int) workload.Record {
+		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
+			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":{"v%d":1}}`, v, v, v))}
+	}
+	e := newEnv(t, 1)
+	var skew atomic.Int64
+	var armed atomic.Bool
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	hooks := &processor.Hooks{AfterCommit: func() error {
+		if armed.CompareAndSwap(true, false) {
+			skew.Store(int64(65 * time.Second))
+		}
+		return nil
+	}}
+	in := e.start(instOpts{maxRecs: 300, policy: projection.DeadLetter, hold: time.Minute, now: now, hooks: hooks})
+	e.produce([]workload.Record{ev(1), ev(3), ev(5)})
+	e.waitCaughtUp(time.Minute)
+	time.Sleep(500 * time.Millisecond)
+	skew.Store(int64(50 * time.Second))
+	armed.Store(true)
+	e.produce([]workload.Record{ev(2)})
+	e.waitCaughtUp(time.Minute)
+	time.Sleep(2 * time.Second)
+	dl := len(e.read(dlqTopic))
+	t.Logf("gaps: %+v; dead letters: %d", in.p.Stats().Gaps(), dl)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if dl > 0 {
+		t.Errorf("v5 dead-lettered 15s into its gap (hold timeout 1m)")
+	}
+}
+
+// Two gaps (v2 and v4 missing), skip policy. When the hold timeout passes, the
+// first gap is skipped (v3 applied); v5 waits behind a new gap that needs its
+// own full hold timeout ("the next skip needs its own full hold timeout").
+func TestGapSkipOneAtATime(t *testing.T) {
+	ev := func(v int) workload.Record {
+		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
+			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":{"v%d":1}}`, v, v, v))}
+	}
+	e := newEnv(t, 1)
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: now})
+	e.produce([]workload.Record{ev(1), ev(3), ev(5)})
+	e.waitCaughtUp(time.Minute)
+	time.Sleep(500 * time.Millisecond)
+	skew.Store(int64(61 * time.Second))
+	time.Sleep(2 * time.Second)
+	want := workload.Final{Version: 3, State: map[string]any{"v1": 1.0, "v3": 1.0}}
+	rep := testkit.CheckProjection(e.read(projTopic), map[string]workload.Final{"GAP-1": want})
+	t.Logf("gaps: %+v; %s", in.p.Stats().Gaps(), rep)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Errorf("second gap skipped without its own hold timeout")
+	}
+}
+
+// One held event (v3), skip policy: the timed-out gap is skipped, v3 applied,
+// nothing held. The gap index must then be empty and the loop idle.
+func TestGapIndexSkipOneHeldCloses(t *testing.T) {
+	ev := func(v int) workload.Record {
+		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
+			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":{"v%d":1}}`, v, v, v))}
+	}
+	e := newEnv(t, 1)
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: now})
+	e.produce([]workload.Record{ev(1), ev(3)})
+	e.waitCaughtUp(time.Minute)
+	time.Sleep(500 * time.Millisecond)
+	skew.Store(int64(61 * time.Second))
+	time.Sleep(time.Second)
+	c0 := in.p.Stats().Transactions("committed")
+	time.Sleep(2 * time.Second)
+	c1 := in.p.Stats().Transactions("committed")
+	t.Logf("gaps: %+v; transactions in 2s idle: %d", in.p.Stats().Gaps(), c1-c0)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if c1-c0 > 2 {
+		t.Errorf("phantom gap keeps the loop busy")
+	}
+}
