@@ -6,8 +6,9 @@ import (
 	"sync/atomic"
 )
 
-// keyFilter is a Bloom filter over every key the store may hold: the keys
-// found by a scan at open plus every key written since. Get consults it first,
+// keyFilter is a Bloom filter over every key the store may hold (of the keys
+// Options.Cached selects): the keys found by a scan at open plus every key
+// written since. Get consults it first,
 // so a read of a key that was never written – a new aggregate, a new event id –
 // is answered without Pebble, which would otherwise search the memtables and
 // the filter and index blocks of every level. Deletions are not removed (a

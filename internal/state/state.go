@@ -117,10 +117,14 @@ type Options struct {
 	// aggregates read every few events); 0 means 262144, negative disables.
 	CachedValues int
 	// Cached selects, by changelog key (the key after the task prefix), the
-	// keys the value cache holds: state read again soon (aggregates). Their
-	// values enter it when read and when committed; other keys – write-once
-	// dedup marks – never do, so they cannot evict the hot state and cost a
-	// commit nothing. nil: every key read enters, commits refresh them.
+	// keys the store keeps fast paths for: state read again soon
+	// (aggregates). Their values enter the value cache when read and when
+	// committed, and the key filter answers reads of such keys never
+	// written. Other keys – write-once dedup marks, which their own per-task
+	// filter and expiry cover – never do, so they cannot evict the hot
+	// state, cost a commit nothing, and expired ones do not grow the key
+	// filter. nil: every key (read values enter the cache, commits refresh
+	// them).
 	Cached func(changelogKey []byte) bool
 }
 
@@ -187,7 +191,9 @@ func (s *Store) scanKeys() {
 			_ = it.Close()
 			return
 		}
-		s.keys.Add(it.Key())
+		if s.isCached(it.Key()) {
+			s.keys.Add(it.Key())
+		}
 	}
 	if it.Close() == nil {
 		s.keys.complete.Store(true)
@@ -226,10 +232,10 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	if s.db == nil {
 		return nil, false, ErrClosed
 	}
-	if !s.keys.MayContain(key) {
+	cached := s.isCached(key)
+	if cached && !s.keys.MayContain(key) {
 		return nil, false, nil // never written
 	}
-	cached := s.isCached(key)
 	if cached {
 		if v, ok := s.cache.get(key); ok {
 			return v, true, nil
@@ -353,14 +359,18 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 		if r.Value == nil {
 			err = b.Delete(key, nil)
 		} else {
-			s.keys.Add(key)
+			if s.isCached(key) {
+				s.keys.Add(key)
+			}
 			err = b.Set(key, r.Value, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("state: restore %s: %w", t, err)
 		}
 	}
-	s.keys.Add(offsetKey(t))
+	if s.isCached(offsetKey(t)) {
+		s.keys.Add(offsetKey(t))
+	}
 	if err := b.Set(offsetKey(t), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}

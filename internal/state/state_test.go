@@ -209,6 +209,15 @@ func TestCachedSelection(t *testing.T) {
 	if _, ok := st.cache.get(mark); ok {
 		t.Fatal("an unselected key entered the cache on commit")
 	}
+	// Only the selected key is in the key filter (expired dedup marks must
+	// not grow it); the offset key is not task-owned, so not selected.
+	var inFilter int64
+	for _, l := range *st.keys.layers.Load() {
+		inFilter += l.n.Load()
+	}
+	if inFilter != 1 {
+		t.Fatalf("key filter holds %d keys, want 1 (the selected one)", inFilter)
+	}
 	st.cache.clear()
 	for _, k := range [][]byte{agg, mark} {
 		if _, ok, err := st.Get(k); !ok || err != nil {

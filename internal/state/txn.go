@@ -190,7 +190,9 @@ func (t *Txn) write() (err error) {
 		if w.val == nil {
 			err = b.Delete(kb, nil)
 		} else {
-			t.s.keys.AddString(k) // before the batch is visible
+			if t.s.isCached(kb) {
+				t.s.keys.AddString(k) // before the batch is visible
+			}
 			err = b.Set(kb, w.val, nil)
 		}
 		if err != nil {
@@ -198,7 +200,9 @@ func (t *Txn) write() (err error) {
 		}
 	}
 	for task, next := range t.offsets {
-		t.s.keys.Add(offsetKey(task))
+		if t.s.isCached(offsetKey(task)) {
+			t.s.keys.Add(offsetKey(task))
+		}
 		if err := b.Set(offsetKey(task), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
 			return fmt.Errorf("state: commit: %w", err)
 		}
