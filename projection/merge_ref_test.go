@@ -105,7 +105,7 @@ func (v refValue) append(b []byte) []byte {
 	return append(b, '}')
 }
 
-var refErrSyntax = errors.New("invalid JSON")
+var errRefSyntax = errors.New("invalid JSON")
 
 // refParseValue parses one JSON refValue (surrounding whitespace allowed).
 func refParseValue(b []byte) (refValue, error) {
@@ -115,14 +115,14 @@ func refParseValue(b []byte) (refValue, error) {
 		return refValue{}, err
 	}
 	if refSkipWS(b, i) != len(b) {
-		return refValue{}, refErrSyntax
+		return refValue{}, errRefSyntax
 	}
 	return v, nil
 }
 
 func refParseAt(b []byte, i int) (refValue, int, error) {
 	if i >= len(b) {
-		return refValue{}, i, refErrSyntax
+		return refValue{}, i, errRefSyntax
 	}
 	if b[i] != '{' {
 		end, err := refSkipValue(b, i)
@@ -139,7 +139,7 @@ func refParseAt(b []byte, i int) (refValue, int, error) {
 	sorted := true
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return refValue{}, i, refErrSyntax
+			return refValue{}, i, errRefSyntax
 		}
 		end, err := refSkipString(b, i)
 		if err != nil {
@@ -151,7 +151,7 @@ func refParseAt(b []byte, i int) (refValue, int, error) {
 		}
 		i = refSkipWS(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return refValue{}, i, refErrSyntax
+			return refValue{}, i, errRefSyntax
 		}
 		var v refValue
 		v, i, err = refParseAt(b, refSkipWS(b, i+1))
@@ -171,7 +171,7 @@ func refParseAt(b []byte, i int) (refValue, int, error) {
 			i++
 			break
 		}
-		return refValue{}, i, refErrSyntax
+		return refValue{}, i, errRefSyntax
 	}
 	if !sorted {
 		// Stable, so that of duplicate keys (rejected upstream for
@@ -221,7 +221,7 @@ func refSkipString(b []byte, i int) (int, error) {
 			return j + 1, nil
 		}
 	}
-	return i, refErrSyntax
+	return i, errRefSyntax
 }
 
 // refSkipValue returns the end of the refValue starting at i.
@@ -248,14 +248,14 @@ func refSkipValue(b []byte, i int) (int, error) {
 				}
 			}
 		}
-		return i, refErrSyntax
+		return i, errRefSyntax
 	default: // number, true, false, null
 		j := i
 		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
 			j++
 		}
 		if j == i {
-			return i, refErrSyntax
+			return i, errRefSyntax
 		}
 		return j, nil
 	}
