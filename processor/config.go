@@ -55,7 +55,7 @@ type Config struct {
 	Dedup       *dedup.Store
 	// RecentIDs is the size, per task, of the front cache of committed
 	// event ids that answers most duplicates without a store read
-	// (default 262144, about 15 MiB per task; negative: none).
+	// (default 262144; negative: none).
 	RecentIDs int
 
 	HoldTimeout time.Duration     // default 5m

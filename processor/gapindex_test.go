@@ -16,36 +16,59 @@ import (
 // 004): the index lags the state by one transaction, so it must record every
 // step that can change a gap, and expiry must decide on the state itself.
 
+// gapEvent is version v of aggregate GAP-1 with the given payload ("" for
+// {"v<v>":1}).
+func gapEvent(v int, payload string) workload.Record {
+	if payload == "" {
+		payload = fmt.Sprintf(`{"v%d":1}`, v)
+	}
+	return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
+		`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":%s}`, v, v, payload))}
+}
+
+// skewedClock is a clock the test moves forward.
+type skewedClock struct{ skew atomic.Int64 }
+
+func (c *skewedClock) now() time.Time      { return time.Now().Add(time.Duration(c.skew.Load())) }
+func (c *skewedClock) set(d time.Duration) { c.skew.Store(int64(d)) }
+func gapVersions(vs ...int) (rs []workload.Record) {
+	for _, v := range vs {
+		rs = append(rs, gapEvent(v, ""))
+	}
+	return rs
+}
+
+// idleTransactions counts the transactions in commits during d with no input: a
+// gap the index keeps after it closed makes the loop expire it without end.
+func idleTransactions(in *instance, d time.Duration) int64 {
+	c0 := in.p.Stats().Transactions("committed")
+	time.Sleep(d)
+	return in.p.Stats().Transactions("committed") - c0
+}
+
 // v1 applied, v3 held (its payload is not an object: its application will
 // fail), v2 fills the gap: v3 is drained, fails, is dead-lettered. Nothing is
-// held any more, yet the gap index keeps the gap.
+// held any more, and the gap index must say so.
 func TestGapIndexFailedDrainCloses(t *testing.T) {
-	ev := func(v int, payload string) workload.Record {
-		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
-			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":%s}`, v, v, payload))}
-	}
 	e := newEnv(t, 1)
-	var skew atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: now})
-	e.produce([]workload.Record{ev(1, `{"a":1}`), ev(3, `[1]`)})
+	var clock skewedClock
+	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: clock.now})
+	e.produce([]workload.Record{gapEvent(1, `{"a":1}`), gapEvent(3, `[1]`)})
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(500 * time.Millisecond)
-	e.produce([]workload.Record{ev(2, `{"b":2}`)})
+	e.produce([]workload.Record{gapEvent(2, `{"b":2}`)})
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(time.Second)
 	t.Logf("gaps after v2: %+v; dead letters: %d", in.p.Stats().Gaps(), len(e.read(dlqTopic)))
-	skew.Store(int64(2 * time.Minute))
+	clock.set(2 * time.Minute)
 	time.Sleep(time.Second)
-	c0 := in.p.Stats().Transactions("committed")
-	time.Sleep(3 * time.Second)
-	c1 := in.p.Stats().Transactions("committed")
-	t.Logf("gaps: %+v; committed transactions in 3s with no input: %d", in.p.Stats().Gaps(), c1-c0)
+	n := idleTransactions(in, 3*time.Second)
+	t.Logf("gaps: %+v; committed transactions in 3s with no input: %d", in.p.Stats().Gaps(), n)
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if c1-c0 > 2 {
-		t.Errorf("phantom gap: %d empty transactions in 3s", c1-c0)
+	if n > 2 {
+		t.Errorf("phantom gap: %d empty transactions in 3s", n)
 	}
 }
 
@@ -54,27 +77,22 @@ func TestGapIndexFailedDrainCloses(t *testing.T) {
 // hold timeout (1m). The clock reaches t0+65s right after that transaction
 // commits. v5 must not be dead-lettered yet.
 func TestGapExpiryWaitsForTheMovedGap(t *testing.T) {
-	ev := func(v int) workload.Record {
-		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
-			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":{"v%d":1}}`, v, v, v))}
-	}
 	e := newEnv(t, 1)
-	var skew atomic.Int64
+	var clock skewedClock
 	var armed atomic.Bool
-	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	hooks := &processor.Hooks{AfterCommit: func() error {
 		if armed.CompareAndSwap(true, false) {
-			skew.Store(int64(65 * time.Second))
+			clock.set(65 * time.Second)
 		}
 		return nil
 	}}
-	in := e.start(instOpts{maxRecs: 300, policy: projection.DeadLetter, hold: time.Minute, now: now, hooks: hooks})
-	e.produce([]workload.Record{ev(1), ev(3), ev(5)})
+	in := e.start(instOpts{maxRecs: 300, policy: projection.DeadLetter, hold: time.Minute, now: clock.now, hooks: hooks})
+	e.produce(gapVersions(1, 3, 5))
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(500 * time.Millisecond)
-	skew.Store(int64(50 * time.Second))
+	clock.set(50 * time.Second)
 	armed.Store(true)
-	e.produce([]workload.Record{ev(2)})
+	e.produce(gapVersions(2))
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(2 * time.Second)
 	dl := len(e.read(dlqTopic))
@@ -89,20 +107,15 @@ func TestGapExpiryWaitsForTheMovedGap(t *testing.T) {
 
 // Two gaps (v2 and v4 missing), skip policy. When the hold timeout passes, the
 // first gap is skipped (v3 applied); v5 waits behind a new gap that needs its
-// own full hold timeout ("the next skip needs its own full hold timeout").
+// own full hold timeout.
 func TestGapSkipOneAtATime(t *testing.T) {
-	ev := func(v int) workload.Record {
-		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
-			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":{"v%d":1}}`, v, v, v))}
-	}
 	e := newEnv(t, 1)
-	var skew atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: now})
-	e.produce([]workload.Record{ev(1), ev(3), ev(5)})
+	var clock skewedClock
+	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: clock.now})
+	e.produce(gapVersions(1, 3, 5))
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(500 * time.Millisecond)
-	skew.Store(int64(61 * time.Second))
+	clock.set(61 * time.Second)
 	time.Sleep(2 * time.Second)
 	want := workload.Final{Version: 3, State: map[string]any{"v1": 1.0, "v3": 1.0}}
 	rep := testkit.CheckProjection(e.read(projTopic), map[string]workload.Final{"GAP-1": want})
@@ -118,27 +131,20 @@ func TestGapSkipOneAtATime(t *testing.T) {
 // One held event (v3), skip policy: the timed-out gap is skipped, v3 applied,
 // nothing held. The gap index must then be empty and the loop idle.
 func TestGapIndexSkipOneHeldCloses(t *testing.T) {
-	ev := func(v int) workload.Record {
-		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
-			`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":{"v%d":1}}`, v, v, v))}
-	}
 	e := newEnv(t, 1)
-	var skew atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: now})
-	e.produce([]workload.Record{ev(1), ev(3)})
+	var clock skewedClock
+	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: clock.now})
+	e.produce(gapVersions(1, 3))
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(500 * time.Millisecond)
-	skew.Store(int64(61 * time.Second))
+	clock.set(61 * time.Second)
 	time.Sleep(time.Second)
-	c0 := in.p.Stats().Transactions("committed")
-	time.Sleep(2 * time.Second)
-	c1 := in.p.Stats().Transactions("committed")
-	t.Logf("gaps: %+v; transactions in 2s idle: %d", in.p.Stats().Gaps(), c1-c0)
+	n := idleTransactions(in, 2*time.Second)
+	t.Logf("gaps: %+v; transactions in 2s idle: %d", in.p.Stats().Gaps(), n)
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if c1-c0 > 2 {
+	if n > 2 {
 		t.Errorf("phantom gap keeps the loop busy")
 	}
 }

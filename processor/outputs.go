@@ -136,8 +136,7 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 			return err
 		}
 		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, e.task, g, e.key.aggregate, step)
-		p.trackGap(b, e.task, e.key, step) // also when the step changed nothing else
+		p.emitStep(b, e.task, g, e.key.aggregate, step) // held before: it updates the gap index
 		p.cfg.Logger.Info("gap timed out", "projection", g.P.Name, "aggregate", e.key.aggregate,
 			"policy", p.cfg.GapPolicy, "applied", len(step.Changes), "deadLettered", len(step.Dropped))
 	}

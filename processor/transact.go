@@ -218,8 +218,7 @@ func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 			return err
 		}
 		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, t, g, c.Aggregate, step)
-		p.trackGap(b, t, gapKey{g.P.Name, c.Aggregate}, step)
+		p.emitStep(b, t, g, c.Aggregate, step) // updates the gap index when events were held
 		skipped += len(step.Changes)
 		if len(step.Changes) > 0 {
 			p.cfg.Logger.Info("gap skipped by operator", "projection", g.P.Name, "aggregate", c.Aggregate,

@@ -480,7 +480,7 @@ func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
 // records it produces and what to do once the transaction commits – or, for
 // the batch Handler.Begin receives, the transaction as a whole (Txn nil;
 // For gives a task's batch). Each task's state is committed to Pebble in its
-// own batch with its own changelog offset (state.Store.CommitAll).
+// own batch with its own changelog offset (state.Store.WriteAll).
 //
 // Records are handed to the producer as soon as they are added, so the
 // broker works while the handler is still processing.

@@ -84,32 +84,26 @@ func (s *cacheShard) putLocked(k string, v []byte) {
 }
 
 // committed applies a commit's writes. With a selection of cached keys
-// (Options.Cached), their values enter the cache and other keys are skipped
-// (never cached); without, entries a read brought in are refreshed.
-func (c *valueCache) committed(writes map[string]staged, cached func([]byte) bool) {
+// (Options.Cached, selective), the selected keys' values enter the cache and
+// other keys are skipped (never cached); without, entries a read brought in
+// are refreshed.
+func (c *valueCache) committed(ws []committedWrite, selective bool) {
 	if c.shards == nil {
 		return
 	}
-	for k, w := range writes {
-		kb := unsafe.Slice(unsafe.StringData(k), len(k)) // read only
-		if cached != nil {
-			if ck, ok := ChangelogKey(kb); !ok || !cached(ck) {
-				continue
-			}
-		}
-		s := c.shard(kb)
-		s.mu.Lock()
-		if cached != nil && w.val != nil {
-			s.putLocked(k, w.val)
-			s.mu.Unlock()
+	for _, w := range ws {
+		if !w.cached {
 			continue
 		}
-		if _, ok := s.m[k]; ok {
-			if w.val == nil {
-				delete(s.m, k)
-			} else {
-				s.m[k] = w.val
-			}
+		s := c.shard(unsafe.Slice(unsafe.StringData(w.key), len(w.key)))
+		s.mu.Lock()
+		switch _, present := s.m[w.key]; {
+		case w.val == nil:
+			delete(s.m, w.key)
+		case selective:
+			s.putLocked(w.key, w.val)
+		case present:
+			s.m[w.key] = w.val
 		}
 		s.mu.Unlock()
 	}

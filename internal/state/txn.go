@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -68,19 +69,6 @@ func (t *Txn) staged(key string) (staged, bool) {
 	return staged{}, false
 }
 
-// Absorb moves lane's staged writes and hooks into t (lane read through t;
-// its writes win). Lanes of one Txn stage disjoint keys.
-func (t *Txn) Absorb(lane *Txn) {
-	for k, w := range lane.writes {
-		t.writes[k] = w
-	}
-	for task, next := range lane.offsets {
-		t.SetChangelogOffset(task, next)
-	}
-	t.after = append(t.after, lane.after...)
-	lane.writes, lane.offsets, lane.after = nil, nil, nil
-}
-
 // Set stages key=val. The txn keeps val; the caller must not modify it after.
 func (t *Txn) Set(key, val []byte) {
 	if val == nil {
@@ -126,19 +114,6 @@ func (t *Txn) Commit() error {
 	return nil
 }
 
-// CommitAll commits txns that own disjoint keys – one per task – each in its
-// own synced batch, in order, stopping at the first failure (WriteAll), then
-// runs their hooks and empties them (Finish).
-func (s *Store) CommitAll(txns []*Txn) error {
-	if err := s.WriteAll(txns); err != nil {
-		return err
-	}
-	for _, t := range txns {
-		t.Finish()
-	}
-	return nil
-}
-
 // WriteAll writes txns that own disjoint keys – one per task – each in its
 // own synced batch, in order, stopping at the first failure. Every batch
 // carries its task's changelog offset, so invariant 3 holds per task, the
@@ -159,6 +134,14 @@ func (s *Store) WriteAll(txns []*Txn) error {
 	return nil
 }
 
+// committedWrite is one staged write on its way to Pebble; cached says
+// whether the store keeps fast paths for its key (Options.Cached).
+type committedWrite struct {
+	key    string
+	val    []byte
+	cached bool
+}
+
 // write puts the staged state and offsets into Pebble, synced.
 func (t *Txn) write() (err error) {
 	if t.s.db == nil {
@@ -174,24 +157,23 @@ func (t *Txn) write() (err error) {
 	// In key order: the memtable's skiplist inserter reuses its last
 	// position, so sorted inserts (dedup ids are random hashes) cost a
 	// fraction of scattered ones.
-	keys := make([]string, 0, len(t.writes))
+	ws := make([]committedWrite, 0, len(t.writes))
 	size := 0
 	for k, w := range t.writes {
-		keys = append(keys, k)
+		ws = append(ws, committedWrite{key: k, val: w.val, cached: t.s.isCached(unsafe.Slice(unsafe.StringData(k), len(k)))})
 		size += len(k) + len(w.val) + 16
 	}
-	slices.Sort(keys)
+	slices.SortFunc(ws, func(a, b committedWrite) int { return strings.Compare(a.key, b.key) })
 	b := t.s.db.NewBatchWithSize(size)
 	defer b.Close()
-	for _, k := range keys {
-		w := t.writes[k]
-		kb := unsafe.Slice(unsafe.StringData(k), len(k)) // Batch.Set copies
+	for _, w := range ws {
+		kb := unsafe.Slice(unsafe.StringData(w.key), len(w.key)) // Batch.Set copies
 		var err error
 		if w.val == nil {
 			err = b.Delete(kb, nil)
 		} else {
-			if t.s.isCached(kb) {
-				t.s.keys.AddString(k) // before the batch is visible
+			if w.cached {
+				t.s.keys.AddString(w.key) // before the batch is visible
 			}
 			err = b.Set(kb, w.val, nil)
 		}
@@ -215,7 +197,7 @@ func (t *Txn) write() (err error) {
 		t.s.broken.Store(true)
 		return fmt.Errorf("%w: state: commit: %w", ErrFatal, err)
 	}
-	t.s.cache.committed(t.writes, t.s.cached)
+	t.s.cache.committed(ws, t.s.cached != nil)
 	return nil
 }
 
