@@ -13,11 +13,20 @@
 //     Conflict, as long as the entry is younger than the retention.
 //   - One point lookup per check: the key does not depend on time, so a miss
 //     (the common case, a new event) costs one bloom-filtered Get.
-//   - Expiry is a sweep that deletes entries older than the retention through
-//     the staged transaction, so the deletions reach the changelog as
-//     tombstones and compaction reclaims them there too; the sweep works in
-//     bounded chunks so that no transaction grows large. Until an entry is
-//     swept it is simply ignored by Check and dropped on restore.
+//   - The changelog carries one record per segment, not per id: a segment is
+//     the marks one task made in one transaction (at one mark time, at most
+//     segmentMax ids), keyed by kind 'D', the mark time and the input offset
+//     of its first mark. Pebble keeps a per-id entry (a local write: no
+//     changelog record of its own) and a small marker per segment; Restore
+//     expands a segment record back into its entries. Entries written
+//     before segments existed (one changelog record each) are still read,
+//     restored and swept.
+//   - Expiry is a sweep, in bounded chunks so that no transaction grows
+//     large, through the staged transaction: it deletes expired entries
+//     locally and tombstones expired segments (their markers are in mark
+//     time order), so compaction reclaims them in the changelog too. Until
+//     an entry is swept it is simply ignored by Check, and an expired
+//     segment or entry is dropped on restore.
 //   - The store reads and writes through a staged transaction, so a mark made
 //     in a transaction that aborts never existed.
 package dedup
@@ -32,8 +41,11 @@ import (
 	"time"
 )
 
-// Kind is the changelog-key kind byte of dedup entries.
+// Kind is the key kind byte of dedup entries.
 const Kind = 'd'
+
+// SegmentKind is the key kind byte of dedup segments.
+const SegmentKind = 'D'
 
 // Verdict is the result of a dedup check.
 type Verdict uint8
@@ -59,14 +71,35 @@ func (v Verdict) String() string {
 // KV is the staged state the store reads and writes (a *state.Txn).
 type KV interface {
 	Get(key []byte) ([]byte, bool, error)
-	Set(key, val []byte)
+	SetLocal(key, val []byte)
+	SetLogged(key, val, log []byte)
 }
 
-// ErrCorrupt reports an entry that cannot be decoded.
+// ErrCorrupt reports an entry or segment that cannot be decoded.
 var ErrCorrupt = errors.New("dedup: corrupt entry")
 
-// entryLen is the stored value: fingerprint, then the mark time in unix ms.
-const entryLen = 32 + 8
+// An entry's value is the fingerprint, then the mark time in unix ms; an
+// entry its segment restores has one more byte (segmentEntryLen), so the
+// sweep knows it has no changelog record of its own to tombstone.
+const (
+	entryLen        = 32 + 8
+	segmentEntryLen = entryLen + 1
+	fromSegment     = 1
+)
+
+// A segment's changelog value is a version byte, then per id the id and
+// the fingerprint. Its key is the kind, the mark time (unix ms) and the
+// input offset of its first mark, 8 bytes each, big-endian: unique per
+// task, and in time order. Its Pebble value is the id count.
+const (
+	segmentVersion = 1
+	segmentItem    = len(ID{}) + 32
+	segmentKeyLen  = 1 + 8 + 8
+)
+
+// segmentMax bounds a segment's ids: 8192 × 48 bytes stays well under
+// Kafka's default 1 MiB record limit.
+const segmentMax = 8192
 
 // Store checks and marks event ids. It holds no state of its own beyond its
 // configuration.
@@ -114,8 +147,16 @@ var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }
 
 // live reports whether a stored entry is still inside the retention window.
 func (s *Store) live(v []byte, now time.Time) bool {
-	at := int64(binary.BigEndian.Uint64(v[32:]))
+	return s.liveAt(int64(binary.BigEndian.Uint64(v[32:])), now)
+}
+
+// liveAt reports whether a mark made at unix ms at is inside the window.
+func (s *Store) liveAt(at int64, now time.Time) bool {
 	return now.UnixMilli()-at <= s.retention.Milliseconds()
+}
+
+func validEntry(v []byte) bool {
+	return len(v) == entryLen || (len(v) == segmentEntryLen && v[entryLen] == fromSegment)
 }
 
 // Check reports whether id was seen within the retention window, and if so
@@ -136,7 +177,7 @@ func (s *Store) Check(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, n
 	if !ok {
 		return New, nil
 	}
-	if len(v) != entryLen {
+	if !validEntry(v) {
 		return New, ErrCorrupt
 	}
 	if !s.live(v, now) {
@@ -148,51 +189,130 @@ func (s *Store) Check(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, n
 	return Conflict, nil
 }
 
-// Mark records id with its fingerprint at now (and in f, if not nil).
-func (s *Store) Mark(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, now time.Time) {
+// Marks collects one task's marks in one transaction into segments. The
+// zero value is ready; Stage writes the segment being built. A Marks must not
+// outlive its transaction (an aborted transaction's Marks is dropped with it).
+type Marks struct {
+	first int64  // input offset of the segment's first mark
+	at    int64  // the segment's mark time, unix ms
+	n     int    // ids in buf
+	buf   []byte // the segment's changelog value so far
+}
+
+// Mark records id with its fingerprint at now (and in f, if not nil): an
+// entry in Pebble, and an item of the segment m builds for the changelog.
+// offset is the input record's offset.
+func (s *Store) Mark(kv KV, f *Filter, m *Marks, taskPrefix []byte, offset int64, id ID, fp [32]byte, now time.Time) {
 	if f != nil {
 		f.Add(id)
 	}
-	// One allocation for both: KV.Set keeps the value (and may keep the key).
+	at := now.UnixMilli()
+	if m.n > 0 && (m.at != at || m.n == segmentMax) {
+		s.Stage(kv, m, taskPrefix)
+	}
+	if m.n == 0 {
+		m.first, m.at = offset, at
+		m.buf = append(make([]byte, 0, 4096), segmentVersion)
+	}
+	m.buf = append(append(m.buf, id[:]...), fp[:]...)
+	m.n++
+	// One allocation for both: KV.SetLocal keeps the value (and may keep
+	// the key).
 	n := len(taskPrefix) + 1 + len(id)
-	buf := make([]byte, n+entryLen)
+	buf := make([]byte, n+segmentEntryLen)
 	k := appendKey(buf[:0:n], taskPrefix, id)
-	v := buf[n:]
-	copy(v, fp[:])
-	binary.BigEndian.PutUint64(v[32:], uint64(now.UnixMilli()))
-	kv.Set(k, v)
+	putEntry(buf[n:], fp[:], at)
+	kv.SetLocal(k, buf[n:])
 }
 
-// Expired reports whether a changelog record (kind byte first in the key)
-// is a dedup entry past the retention: the processor drops such records on
-// restore instead of resurrecting them.
-func (s *Store) Expired(changelogKey, value []byte, now time.Time) bool {
-	if len(changelogKey) < 1 || changelogKey[0] != Kind || len(value) != entryLen {
-		return false
+// putEntry fills a segment-restored entry value (segmentEntryLen bytes).
+func putEntry(v, fp []byte, at int64) {
+	copy(v, fp)
+	binary.BigEndian.PutUint64(v[32:], uint64(at))
+	v[entryLen] = fromSegment
+}
+
+// Stage writes the segment m holds, if any, into kv (its changelog record and
+// Pebble marker) and empties m. Call it before the transaction's changelog
+// records are produced; Mark calls it when a segment is full.
+func (s *Store) Stage(kv KV, m *Marks, taskPrefix []byte) {
+	if m.n == 0 {
+		return
 	}
-	return !s.live(value, now)
+	key := append(append(make([]byte, 0, len(taskPrefix)+segmentKeyLen), taskPrefix...), SegmentKind)
+	key = binary.BigEndian.AppendUint64(key, uint64(m.at))
+	key = binary.BigEndian.AppendUint64(key, uint64(m.first))
+	kv.SetLogged(key, binary.BigEndian.AppendUint32(nil, uint32(m.n)), m.buf)
+	*m = Marks{}
+}
+
+// Restore is the restore expansion of dedup's changelog records
+// (eos.Config.Restore): a segment becomes its marker and entries, expired
+// entries and segments are dropped, anything else passes through as it is.
+// It fails only on a corrupt segment.
+func (s *Store) Restore(key, value []byte, now time.Time, emit func(key, value []byte)) error {
+	switch {
+	case len(key) == 0 || value == nil:
+		emit(key, value)
+	case key[0] == Kind && len(value) == entryLen && !s.live(value, now):
+		// An expired entry of the pre-segment layout.
+	case key[0] == SegmentKind:
+		return s.expand(key, value, now, emit)
+	default:
+		emit(key, value)
+	}
+	return nil
+}
+
+// expand emits a segment's marker and entries, unless it expired.
+func (s *Store) expand(key, value []byte, now time.Time, emit func(key, value []byte)) error {
+	if len(key) != segmentKeyLen || len(value) < 1 || value[0] != segmentVersion || (len(value)-1)%segmentItem != 0 {
+		return fmt.Errorf("%w: segment %x (%d bytes)", ErrCorrupt, key, len(value))
+	}
+	at := int64(binary.BigEndian.Uint64(key[1:]))
+	if !s.liveAt(at, now) {
+		return nil
+	}
+	n := (len(value) - 1) / segmentItem
+	emit(key, binary.BigEndian.AppendUint32(nil, uint32(n)))
+	const kl = 1 + len(ID{})
+	buf := make([]byte, n*(kl+segmentEntryLen)) // one allocation for all entries
+	for i := range n {
+		item := value[1+i*segmentItem:][:segmentItem]
+		k := buf[:kl:kl]
+		k[0] = Kind
+		copy(k[1:], item[:len(ID{})])
+		v := buf[kl : kl+segmentEntryLen : kl+segmentEntryLen]
+		putEntry(v, item[len(ID{}):], at)
+		buf = buf[kl+segmentEntryLen:]
+		emit(k, v)
+	}
+	return nil
 }
 
 // Sweeper deletes expired entries of one task, a bounded chunk at a time.
 // Its zero value starts a pass at once; NewSweeper waits a period first.
 type Sweeper struct {
-	next   time.Time // when the next pass may start
-	cursor []byte    // where the current pass continues; nil: no pass running
+	next     time.Time // when the next pass may start
+	cursor   []byte    // where the current pass continues; nil: no pass running
+	segments bool      // the pass has expired segments left to tombstone
 }
 
-// SweepKV is what a sweep needs: a scan that sees the staged overlay, and
-// deletions that become changelog tombstones.
+// SweepKV is what a sweep needs: a scan that sees the staged overlay,
+// deletions that become changelog tombstones, and local ones.
 type SweepKV interface {
 	ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error
 	Delete(key []byte)
+	DeleteLocal(key []byte)
 }
 
 // errChunk stops a scan at the chunk boundary.
 var errChunk = errors.New("dedup: chunk done")
 
 // Sweep runs one chunk of the expiry pass over the task's entries when one is
-// due (a pass starts every retention/8 and continues chunk by chunk). It
-// examines at most examine entries, deletes the expired ones through kv and
+// due (a pass starts every retention/8 and continues chunk by chunk). A pass
+// first tombstones the expired segments, then deletes the expired entries.
+// It examines at most examine keys, deletes the expired ones through kv and
 // returns how many it deleted.
 func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, error) {
 	if sw.cursor == nil {
@@ -200,9 +320,19 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 			return 0, nil
 		}
 		sw.cursor = Prefix(taskPrefix)
+		sw.segments = true
+	}
+	deleted := 0
+	if sw.segments {
+		n, done, err := s.sweepSegments(kv, taskPrefix, now, examine)
+		if err != nil || !done {
+			return n, err
+		}
+		sw.segments = false
+		deleted = n
 	}
 	prefix := Prefix(taskPrefix)
-	seen, deleted := 0, 0
+	seen := 0
 	var last []byte
 	err := kv.ScanFrom(prefix, sw.cursor, func(k, v []byte) error {
 		if seen >= examine {
@@ -210,10 +340,15 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 			return errChunk
 		}
 		seen++
-		if len(v) == entryLen && !s.live(v, now) {
-			kv.Delete(append([]byte(nil), k...))
-			deleted++
+		if !validEntry(v) || s.live(v, now) {
+			return nil
 		}
+		if len(v) == entryLen {
+			kv.Delete(append([]byte(nil), k...)) // it has its own changelog record
+		} else {
+			kv.DeleteLocal(append([]byte(nil), k...)) // its segment's tombstone covers it
+		}
+		deleted++
 		return nil
 	})
 	switch {
@@ -226,6 +361,32 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 		sw.next = now.Add(s.retention / 8)
 	}
 	return deleted, nil
+}
+
+// sweepSegments tombstones up to examine expired segments, oldest first, and
+// reports whether it reached the first live one (or the end).
+func (s *Store) sweepSegments(kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, bool, error) {
+	prefix := append(append([]byte(nil), taskPrefix...), SegmentKind)
+	deleted, done := 0, true
+	err := kv.ScanFrom(prefix, prefix, func(k, _ []byte) error {
+		if len(k) != len(taskPrefix)+segmentKeyLen {
+			return nil // not ours to judge; Restore would have refused it
+		}
+		if s.liveAt(int64(binary.BigEndian.Uint64(k[len(prefix):])), now) {
+			return errChunk // markers are in time order: the rest are live
+		}
+		if deleted >= examine {
+			done = false
+			return errChunk
+		}
+		kv.Delete(append([]byte(nil), k...))
+		deleted++
+		return nil
+	})
+	if err != nil && !errors.Is(err, errChunk) {
+		return deleted, false, err
+	}
+	return deleted, done, nil
 }
 
 // NewSweeper returns a sweeper whose first pass starts one period (retention/8)

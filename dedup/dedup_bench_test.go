@@ -61,9 +61,11 @@ func loadFixture(b *testing.B) *dedupFixture {
 		fixture.prefix = state.Task{Topic: "case-events", Partition: 0}.Prefix()
 		for i := 0; i < benchStored; i += 10_000 {
 			txn := st.NewTxn()
+			var m dedup.Marks
 			for j := i; j < i+10_000; j++ {
-				fixture.d.Mark(txn, nil, fixture.prefix, benchID(2*j), benchFP(2*j), benchNow)
+				fixture.d.Mark(txn, nil, &m, fixture.prefix, int64(j), benchID(2*j), benchFP(2*j), benchNow)
 			}
+			fixture.d.Stage(txn, &m, fixture.prefix)
 			if fixture.err = txn.Commit(); fixture.err != nil {
 				return
 			}
@@ -161,6 +163,7 @@ func benchCheckMark(b *testing.B, filtered bool) {
 	next()
 	b.ReportAllocs()
 	txn := f.st.NewTxn()
+	var m dedup.Marks
 	i, gets := 0, 0
 	for b.Loop() {
 		if filter != nil && filter.MayContain(ids[i]) {
@@ -173,8 +176,9 @@ func benchCheckMark(b *testing.B, filtered bool) {
 		if v != dedup.New {
 			b.Fatalf("verdict %v for a new id", v)
 		}
-		f.d.Mark(txn, filter, f.prefix, ids[i], fps[i], benchNow)
+		f.d.Mark(txn, filter, &m, f.prefix, int64(markNext), ids[i], fps[i], benchNow)
 		if i++; i == txnSize {
+			f.d.Stage(txn, &m, f.prefix)
 			if err := txn.Commit(); err != nil {
 				b.Fatal(err)
 			}

@@ -1,6 +1,8 @@
 package dedup_test
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -40,7 +42,8 @@ func TestVerdicts(t *testing.T) {
 		}
 	}
 	check(id, fp1, now, dedup.New)
-	d.Mark(txn, nil, prefix, id, fp1, now)
+	var m dedup.Marks
+	d.Mark(txn, nil, &m, prefix, 0, id, fp1, now)
 	check(id, fp1, now, dedup.Duplicate)
 	check(id, fp2, now, dedup.Conflict)
 	check(dedup.MakeID("tenant-a", "e1"), fp2, now, dedup.New) // another tenant's e1
@@ -61,13 +64,16 @@ func TestAbortedMarkLeavesNothing(t *testing.T) {
 	now := time.Now()
 	id := dedup.MakeID("", "e1")
 	aborted := st.NewTxn()
-	d.Mark(aborted, nil, prefix, id, [32]byte{1}, now)
+	var m dedup.Marks
+	d.Mark(aborted, nil, &m, prefix, 0, id, [32]byte{1}, now)
+	d.Stage(aborted, &m, prefix)
 	fresh := st.NewTxn()
 	if v, _ := d.Check(fresh, nil, prefix, id, [32]byte{1}, now); v != dedup.New {
 		t.Fatalf("verdict %s after an uncommitted mark, want new", v)
 	}
 	committed := st.NewTxn()
-	d.Mark(committed, nil, prefix, id, [32]byte{1}, now)
+	d.Mark(committed, nil, &m, prefix, 0, id, [32]byte{1}, now)
+	d.Stage(committed, &m, prefix)
 	if err := committed.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,60 +82,157 @@ func TestAbortedMarkLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestExpired: changelog records of expired entries are recognised for restore.
-func TestExpired(t *testing.T) {
+// record is one changelog record as a transaction stages it.
+type record struct{ key, val []byte }
+
+// changelog returns the records txn produces, keys without the task prefix.
+func changelog(txn *state.Txn) []record {
+	var out []record
+	txn.Each(func(k string, v []byte) { out = append(out, record{[]byte(k)[len(prefix):], v}) })
+	return out
+}
+
+// markAll marks n ids e<from>… at one time in one transaction, stages the
+// segment and commits; it returns the changelog records.
+func markAll(t *testing.T, st *state.Store, d *dedup.Store, from, n int, at time.Time) []record {
+	t.Helper()
+	txn := st.NewTxn()
+	var m dedup.Marks
+	for i := from; i < from+n; i++ {
+		d.Mark(txn, nil, &m, prefix, int64(i), dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}, at)
+	}
+	d.Stage(txn, &m, prefix)
+	recs := changelog(txn)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// restore applies changelog records to st through Store.Restore, as the
+// processor's restore does.
+func restore(t *testing.T, st *state.Store, d *dedup.Store, recs []record, now time.Time) int {
+	t.Helper()
+	var out []state.Record
+	for _, r := range recs {
+		if err := d.Restore(r.key, r.val, now, func(k, v []byte) { out = append(out, state.Record{Key: k, Value: v}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Restore(state.Task{Topic: "in", Partition: 3}, out, 1); err != nil {
+		t.Fatal(err)
+	}
+	return len(out)
+}
+
+// TestSegments: a transaction's marks reach the changelog as segment
+// records only (one per segmentMax ids), and a restore from them alone
+// knows every id again, with its fingerprint.
+func TestSegments(t *testing.T) {
 	d := dedup.NewStore(time.Hour)
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
-	st := store(t)
-	txn := st.NewTxn()
-	d.Mark(txn, nil, prefix, dedup.MakeID("", "old"), [32]byte{1}, now)
-	var key, val []byte
-	txn.Each(func(k string, v []byte) { key, val = []byte(k)[len(prefix):], v })
-	if d.Expired(key, val, now.Add(30*time.Minute)) {
-		t.Fatal("expired inside the window")
+	const n = 8192 + 5 // two segments
+	recs := markAll(t, store(t), d, 0, n, now)
+	if len(recs) != 2 {
+		t.Fatalf("%d changelog records for %d marks, want 2 segments", len(recs), n)
 	}
-	if !d.Expired(key, val, now.Add(2*time.Hour)) {
-		t.Fatal("not expired after the window")
+	for _, r := range recs {
+		if r.key[0] != dedup.SegmentKind || len(r.val) > 1<<19 {
+			t.Fatalf("changelog record %x (%d bytes) is not a segment under 512 KiB", r.key, len(r.val))
+		}
 	}
-	if d.Expired([]byte("a-not-dedup"), val, now.Add(100*time.Hour)) {
-		t.Fatal("a non-dedup key is never expired")
+	fresh := store(t)
+	if got := restore(t, fresh, d, recs, now.Add(time.Minute)); got != n+2 {
+		t.Fatalf("restore wrote %d keys, want %d entries and 2 markers", got, n)
+	}
+	for _, i := range []int{0, 1, 8191, 8192, n - 1} {
+		id, fp := dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}
+		for fp2, want := range map[[32]byte]dedup.Verdict{fp: dedup.Duplicate, {0xff}: dedup.Conflict} {
+			if v, err := d.Check(fresh.NewTxn(), nil, prefix, id, fp2, now.Add(time.Minute)); err != nil || v != want {
+				t.Fatalf("e%d after restore: %s (%v), want %s", i, v, err, want)
+			}
+		}
+	}
+	f, err := dedup.BuildFilter(fresh.Scan, prefix)
+	if err != nil || !f.MayContain(dedup.MakeID("", "e8193")) {
+		t.Fatalf("filter built after restore misses a restored id (%v)", err)
 	}
 }
 
-// TestSweepDeletesExpiredInChunks: the sweep deletes exactly the expired
-// entries, through the transaction (so as changelog tombstones), a bounded
-// chunk at a time, and waits retention/8 before the next pass.
+// TestRestoreDropsExpired: an expired segment, or an expired entry of the
+// pre-segment layout, restores to nothing; live ones and other keys pass;
+// a corrupt segment is an error.
+func TestRestoreDropsExpired(t *testing.T) {
+	d := dedup.NewStore(time.Hour)
+	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+	seg := markAll(t, store(t), d, 0, 3, now)[0]
+	legacy := record{append([]byte{dedup.Kind}, make([]byte, 16)...), binary.BigEndian.AppendUint64(make([]byte, 32), uint64(now.UnixMilli()))}
+	count := func(r record, at time.Time) int {
+		n := 0
+		if err := d.Restore(r.key, r.val, at, func(_, _ []byte) { n++ }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name string
+		r    record
+		at   time.Time
+		want int
+	}{
+		{"live segment", seg, now.Add(30 * time.Minute), 4},
+		{"expired segment", seg, now.Add(time.Hour + time.Millisecond), 0},
+		{"live legacy entry", legacy, now.Add(30 * time.Minute), 1},
+		{"expired legacy entry", legacy, now.Add(2 * time.Hour), 0},
+		{"segment tombstone", record{seg.key, nil}, now.Add(100 * time.Hour), 1},
+		{"other kind", record{[]byte("a-not-dedup"), legacy.val}, now.Add(100 * time.Hour), 1},
+	} {
+		if got := count(c.r, c.at); got != c.want {
+			t.Errorf("%s: %d writes, want %d", c.name, got, c.want)
+		}
+	}
+	err := d.Restore(seg.key, seg.val[:len(seg.val)-1], now, func(_, _ []byte) {})
+	if !errors.Is(err, dedup.ErrCorrupt) {
+		t.Fatalf("truncated segment: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestSweepDeletesExpiredInChunks: a sweep pass tombstones exactly the
+// expired segments (changelog tombstones), deletes the expired entries
+// locally (their segment's tombstone covers them) – but an expired entry of
+// the pre-segment layout with a tombstone of its own –, a bounded chunk at a
+// time, and waits retention/8 before the next pass.
 func TestSweepDeletesExpiredInChunks(t *testing.T) {
 	d := dedup.NewStore(time.Hour)
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
 	st := store(t)
+	for s := range 4 { // expired: 4 segments of 5
+		markAll(t, st, d, 5*s, 5, now.Add(-2*time.Hour+time.Duration(s)*time.Minute))
+	}
+	markAll(t, st, d, 20, 5, now) // live
+	// Entries of the pre-segment layout: their own changelog records.
 	txn := st.NewTxn()
-	for i := 0; i < 25; i++ {
-		at := now.Add(-2 * time.Hour) // expired
-		if i%5 == 0 {
-			at = now // live
-		}
-		d.Mark(txn, nil, prefix, dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i)}, at)
+	for name, at := range map[string]time.Time{"old": now.Add(-2 * time.Hour), "new": now} {
+		id := dedup.MakeID("", name)
+		key := append(append(append([]byte(nil), prefix...), dedup.Kind), id[:]...)
+		txn.Set(key, binary.BigEndian.AppendUint64(make([]byte, 32), uint64(at.UnixMilli())))
 	}
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	var sw dedup.Sweeper
-	total, chunks := 0, 0
+	total, tombstones, chunks := 0, 0, 0
 	for {
 		txn := st.NewTxn()
-		n, err := d.Sweep(&sw, txn, prefix, now, 7)
+		n, err := d.Sweep(&sw, txn, prefix, now, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		deletions := 0
-		txn.Each(func(_ string, v []byte) {
-			if v == nil {
-				deletions++
+		for _, r := range changelog(txn) {
+			if r.val != nil {
+				t.Fatalf("sweep staged a write of %x", r.key)
 			}
-		})
-		if deletions != n {
-			t.Fatalf("sweep reported %d deletions, staged %d", n, deletions)
+			tombstones++
 		}
 		if err := txn.Commit(); err != nil {
 			t.Fatal(err)
@@ -139,19 +242,32 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 		if n == 0 && chunks > 1 {
 			break
 		}
-		if chunks > 10 {
+		if chunks > 30 {
 			t.Fatal("sweep does not finish")
 		}
 	}
-	if total != 20 {
-		t.Fatalf("deleted %d, want the 20 expired", total)
+	if total != 4+20+1 || tombstones != 4+1 {
+		t.Fatalf("deleted %d with %d changelog tombstones, want 25 with 5 (4 segments, 1 old-layout entry)", total, tombstones)
 	}
-	if n, _ := d.Sweep(&sw, st.NewTxn(), prefix, now.Add(time.Minute), 7); n != 0 {
+	if n, _ := d.Sweep(&sw, st.NewTxn(), prefix, now.Add(time.Minute), 3); n != 0 {
 		t.Fatal("a new pass started before retention/8")
 	}
-	for i := 0; i < 25; i += 5 {
-		if v, _ := d.Check(st.NewTxn(), nil, prefix, dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i)}, now); v != dedup.Duplicate {
-			t.Fatalf("live entry e%d was swept", i)
+	keys := map[byte]int{}
+	if err := st.Scan(prefix, func(k, _ []byte) error { keys[k[len(prefix)]]++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if keys[dedup.Kind] != 5+1 || keys[dedup.SegmentKind] != 1 {
+		t.Fatalf("left %d entries and %d segments, want 6 and 1", keys[dedup.Kind], keys[dedup.SegmentKind])
+	}
+	for _, name := range []string{"e20", "e24", "new"} {
+		i := 0
+		fmt.Sscanf(name, "e%d", &i)
+		fp := [32]byte{byte(i), byte(i >> 8)}
+		if name == "new" {
+			fp = [32]byte{}
+		}
+		if v, _ := d.Check(st.NewTxn(), nil, prefix, dedup.MakeID("", name), fp, now); v != dedup.Duplicate {
+			t.Fatalf("live entry %s was swept (%s)", name, v)
 		}
 	}
 }

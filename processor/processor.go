@@ -65,7 +65,7 @@ func New(cfg Config) (*Processor, error) {
 		DeadLetterTopic: cfg.DeadLetterTopic, OutputTopics: outputs, Partitions: cfg.Partitions,
 		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn,
 		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
-		Expired: cfg.Dedup.Expired, Logger: cfg.Logger, Now: cfg.Now,
+		Restore: cfg.Dedup.Restore, Logger: cfg.Logger, Now: cfg.Now,
 		Hooks: cfg.Hooks, Stats: p.stats.Stats,
 		// Tasks share nothing (decision 001): the guards and the dedup
 		// store are stateless, per-task state hangs off eos.Task and
@@ -187,6 +187,14 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 
 func (h *pipeline) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	return (*Processor)(h).process(b, t, r)
+}
+
+// Stage writes the batch's dedup segment: its marks reach the changelog as
+// one record (eos.Stager).
+func (h *pipeline) Stage(b *eos.Batch) {
+	if tl, ok := b.Data.(*tally); ok {
+		h.cfg.Dedup.Stage(b.Txn, &tl.seg, b.Task().Prefix)
+	}
 }
 
 // publishGaps summarises the tasks' gap indexes for metrics.

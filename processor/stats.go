@@ -26,6 +26,8 @@ type tally struct {
 	// marks go to the task's front cache of recent ids on commit.
 	marks  []mark
 	recent *dedup.Recent
+	// seg collects the task's dedup marks into changelog segments.
+	seg dedup.Marks
 }
 
 type mark struct {

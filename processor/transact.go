@@ -84,8 +84,8 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 			}
 		}
 	}
-	p.cfg.Dedup.Mark(b.Txn, ts.filter, t.Prefix, id, fp, b.Now)
-	p.tallyOf(b).marked(ts, id, fp, b.Now)
+	p.cfg.Dedup.Mark(b.Txn, ts.filter, &tl.seg, t.Prefix, r.Offset, id, fp, b.Now)
+	tl.marked(ts, id, fp, b.Now)
 	if len(matched) == 0 {
 		tl.add("", "filtered") // no projection takes this aggregate type
 		return nil

@@ -35,10 +35,12 @@ func BenchmarkPerEventPath(b *testing.B) {
 		ev      envelope.Event
 		prefix  []byte
 		txn     = st.NewTxn()
+		marks   dedup.Marks
 		n, pass int
 		keys    int
 	)
 	commit := func() {
+		d.Stage(txn, &marks, prefix)
 		txn.Each(func(key string, val []byte) {
 			if _, _, err := state.SplitKey([]byte(key)); err != nil {
 				b.Fatal(err)
@@ -54,6 +56,7 @@ func BenchmarkPerEventPath(b *testing.B) {
 	for b.Loop() {
 		k := n % len(vals)
 		if k == 0 {
+			d.Stage(txn, &marks, prefix) // the segment belongs to the old prefix
 			pass++
 			prefix = state.Task{Topic: "case-events", Partition: int32(pass)}.Prefix()
 		}
@@ -70,7 +73,7 @@ func BenchmarkPerEventPath(b *testing.B) {
 		if v != dedup.New {
 			b.Fatalf("verdict %v", v)
 		}
-		d.Mark(txn, nil, prefix, id, fp, benchNow)
+		d.Mark(txn, nil, &marks, prefix, int64(n), id, fp, benchNow)
 		step, err := g.Offer(txn, prefix, &ev, projection.Source{Offset: int64(n), Value: val}, benchNow)
 		if err != nil {
 			b.Fatal(err)

@@ -43,6 +43,15 @@ type Handler interface {
 	Process(b *Batch, t *Task, r *kgo.Record) error
 }
 
+// Stager is an optional Handler extension. Stage runs once per task batch
+// of a transaction, after its records were processed and on the goroutine
+// that processed them, before the batch's changelog records are produced:
+// the handler puts what it collected over the batch into b.Txn there (the
+// processor's dedup segment).
+type Stager interface {
+	Stage(b *Batch)
+}
+
 // Task is one owned input partition.
 type Task struct {
 	ID     state.Task
@@ -80,8 +89,13 @@ type Config struct {
 	MaxRecordsPerTxn   int
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
-	// Expired drops changelog records on restore (expired dedup entries).
-	Expired func(changelogKey, value []byte, now time.Time) bool
+	// Restore turns one changelog record (value nil: a tombstone) into the
+	// Pebble writes it stands for, calling emit for each (value nil: a
+	// deletion; emit keeps both slices). Nil restores every record as it
+	// is. The processor drops expired dedup entries here and expands each
+	// dedup segment into its entries (state.Txn.SetLogged). An error (a
+	// corrupt record) fails the restore.
+	Restore func(changelogKey, value []byte, now time.Time, emit func(key, value []byte)) error
 	Logger  *slog.Logger
 	Now     func() time.Time
 	Hooks   *Hooks
@@ -533,6 +547,9 @@ func (b *Batch) For(t *Task) *Batch {
 	tx.children = append(tx.children, c)
 	return c
 }
+
+// Task is the batch's task; nil on the transaction's top batch.
+func (b *Batch) Task() *Task { return b.task }
 
 // OnCommit registers fn to run after the transaction committed and Pebble was
 // written (never after an abort).

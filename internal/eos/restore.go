@@ -201,6 +201,20 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 	}
 }
 
+// restoreBatch bounds the Pebble writes of one restore batch.
+const restoreBatch = 100000
+
+// write applies a chunk of restored writes (from recs changelog records)
+// with the offset after them, and empties the chunk.
+func (r *restorer) write(id state.Task, chunk *[]state.Record, recs *int, next int64) error {
+	if err := r.l.cfg.Store.Restore(id, *chunk, next); err != nil {
+		return err
+	}
+	r.l.stats.addRestored(*recs)
+	*chunk, *recs = (*chunk)[:0], 0
+	return nil
+}
+
 func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end, hwm int64) (int, error) {
 	p := r.l
 	st := p.cfg.Store
@@ -232,6 +246,8 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 	defer r.cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
 	next := from
 	var chunk []state.Record
+	recs := 0 // changelog records behind chunk
+	emit := func(k, v []byte) { chunk = append(chunk, state.Record{Key: k, Value: v}) }
 	now := p.cfg.Now()
 	lastProgress := time.Now()
 	for next < end {
@@ -251,8 +267,9 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			return 0, fmt.Errorf("eos: restore %s: %w", id, ferr)
 		}
 		got := 0
+		var werr error
 		fs.EachRecord(func(rec *kgo.Record) {
-			if rec.Topic != topic || rec.Partition != id.Partition || rec.Offset < next {
+			if werr != nil || rec.Topic != topic || rec.Partition != id.Partition || rec.Offset < next {
 				return
 			}
 			got++
@@ -260,12 +277,28 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			if rec.Attrs.IsControl() {
 				return
 			}
-			if p.cfg.Expired != nil && p.cfg.Expired(rec.Key, rec.Value, now) {
-				return
+			had := len(chunk)
+			if p.cfg.Restore != nil {
+				if err := p.cfg.Restore(rec.Key, rec.Value, now, emit); err != nil {
+					werr = fmt.Errorf("eos: restore %s at changelog offset %d: %w", id, rec.Offset, err)
+					return
+				}
+			} else {
+				emit(rec.Key, rec.Value)
 			}
-			chunk = append(chunk, state.Record{Key: rec.Key, Value: rec.Value})
-			n++
+			if len(chunk) > had {
+				n++
+				recs++
+			}
+			if len(chunk) >= restoreBatch {
+				// Expanded records (dedup segments) can make a poll's
+				// batch large: write what is complete, with its offset.
+				werr = r.write(id, &chunk, &recs, next)
+			}
 		})
+		if werr != nil {
+			return 0, werr
+		}
 		if got == 0 {
 			// Every transaction ends with a marker the restore client keeps,
 			// so the range up to the last stable offset always has a last
@@ -277,11 +310,9 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			continue
 		}
 		lastProgress = time.Now()
-		if err := st.Restore(id, chunk, next); err != nil {
+		if err := r.write(id, &chunk, &recs, next); err != nil {
 			return 0, err
 		}
-		p.stats.addRestored(len(chunk))
-		chunk = chunk[:0]
 	}
 	if n > 0 {
 		p.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))

@@ -357,11 +357,16 @@ func (l *Loop) invalidate() {
 }
 
 // stageChangelog produces a task batch's staged state as changelog
-// records, one per key.
+// records, one per key (local writes excepted), after the handler's Stage.
 func (l *Loop) stageChangelog(b *Batch) error {
+	if s, ok := l.h.(Stager); ok {
+		s.Stage(b)
+	}
 	topic := l.cfg.ChangelogOf(b.task.ID.Topic)
 	n := len(b.task.Prefix)
-	recs := make([]kgo.Record, 0, b.Txn.Len()) // one allocation for all
+	// Records are allocated in blocks, not one by one (Len overcounts:
+	// it includes local writes).
+	var recs []kgo.Record
 	var err error
 	b.Txn.Each(func(key string, val []byte) {
 		if len(key) < n || key[:n] != string(b.task.Prefix) {
@@ -373,6 +378,9 @@ func (l *Loop) stageChangelog(b *Batch) error {
 		// The staged key's bytes, not a copy: strings are immutable and
 		// the producer only reads the key.
 		k := unsafe.Slice(unsafe.StringData(key[n:]), len(key)-n)
+		if len(recs) == cap(recs) {
+			recs = make([]kgo.Record, 0, min(b.Txn.Len(), 512))
+		}
 		recs = append(recs, kgo.Record{Topic: topic, Partition: b.task.ID.Partition, Key: k, Value: val})
 		b.tx.produce(&recs[len(recs)-1])
 	})

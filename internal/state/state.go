@@ -21,6 +21,13 @@
 // prefix is the changelog key; the processor produces it, with the value, to the
 // task's changelog partition. Keys starting with 'o' hold, per task, the next
 // changelog offset to restore from; they are local and never produced.
+//
+// Most writes reach the changelog as they reach Pebble, one record per key.
+// Two kinds depart from that, for state the changelog carries more compactly
+// (one record for many keys): SetLocal writes are Pebble-only, and SetLogged
+// writes put one value in Pebble and another in the changelog; the handler's
+// restore expansion (eos.Config.Restore) turns the changelog record back
+// into the Pebble keys.
 package state
 
 import (

@@ -29,6 +29,11 @@ type Txn struct {
 
 type staged struct {
 	val []byte // nil: deleted
+	// log, if not nil, is what the changelog carries instead of val (a
+	// compact Pebble value stands for it); local writes never reach the
+	// changelog (state a changelog record elsewhere restores).
+	log   []byte
+	local bool
 }
 
 // NewTxn starts an empty staging overlay over the store.
@@ -80,13 +85,48 @@ func (t *Txn) Set(key, val []byte) {
 // Delete stages the deletion of key.
 func (t *Txn) Delete(key []byte) { t.writes[string(key)] = staged{} }
 
-// Len is the number of distinct keys staged.
+// SetLocal stages key=val for Pebble only: no changelog record. For state
+// that another key's changelog record restores (dedup entries, restored from
+// their transaction's segment record).
+func (t *Txn) SetLocal(key, val []byte) {
+	if val == nil {
+		val = []byte{}
+	}
+	t.writes[string(key)] = staged{val: val, local: true}
+}
+
+// DeleteLocal stages the deletion of a key written with SetLocal.
+func (t *Txn) DeleteLocal(key []byte) { t.writes[string(key)] = staged{local: true} }
+
+// SetLogged stages key=val in Pebble and key=log in the changelog: the
+// changelog record carries what a restore expands (see eos.Config.Restore),
+// Pebble keeps a compact marker.
+func (t *Txn) SetLogged(key, val, log []byte) {
+	if val == nil {
+		val = []byte{}
+	}
+	if log == nil {
+		log = []byte{}
+	}
+	t.writes[string(key)] = staged{val: val, log: log}
+}
+
+// Len is the number of distinct keys staged (an upper bound of the
+// changelog records Each yields).
 func (t *Txn) Len() int { return len(t.writes) }
 
-// Each calls fn for every staged write; val is nil for a deletion.
+// Each calls fn for every staged write bound for the changelog, with the
+// value the changelog carries; val is nil for a deletion. Local writes are
+// skipped.
 func (t *Txn) Each(fn func(key string, val []byte)) {
 	for k, w := range t.writes {
-		fn(k, w.val)
+		switch {
+		case w.local:
+		case w.log != nil:
+			fn(k, w.log)
+		default:
+			fn(k, w.val)
+		}
 	}
 }
 
