@@ -21,9 +21,16 @@ type valueCache struct {
 
 type cacheShard struct {
 	mu  sync.Mutex
-	m   map[string][]byte
+	m   map[uint64]cacheEntry // by the key's hash: one hash per operation
 	cap int
 	_   [40]byte // keep shards' locks off one cache line
+}
+
+// cacheEntry keeps its key: two keys of one hash share a slot (the later
+// wins) and a lookup of the other misses.
+type cacheEntry struct {
+	key string
+	val []byte
 }
 
 const cacheShards = 16
@@ -40,47 +47,53 @@ func newValueCache(capacity int) *valueCache {
 	c := &valueCache{shards: make([]cacheShard, cacheShards)}
 	for i := range c.shards {
 		per := max(1, capacity/cacheShards)
-		c.shards[i] = cacheShard{m: make(map[string][]byte, per), cap: per}
+		c.shards[i] = cacheShard{m: make(map[uint64]cacheEntry, per), cap: per}
 	}
 	return c
 }
 
-func (c *valueCache) shard(k []byte) *cacheShard {
-	return &c.shards[maphash.Bytes(cacheSeed, k)%cacheShards]
+func (c *valueCache) shard(k []byte) (*cacheShard, uint64) {
+	h := maphash.Bytes(cacheSeed, k)
+	return &c.shards[h%cacheShards], h
 }
 
 func (c *valueCache) get(k []byte) ([]byte, bool) {
 	if c.shards == nil {
 		return nil, false
 	}
-	s := c.shard(k)
+	s, h := c.shard(k)
 	s.mu.Lock()
-	v, ok := s.m[string(k)]
+	e, ok := s.m[h]
 	s.mu.Unlock()
-	return v, ok
+	if !ok || e.key != string(k) {
+		return nil, false
+	}
+	return e.val, true
 }
 
 func (c *valueCache) put(k string, v []byte) {
 	if c.shards == nil {
 		return
 	}
-	s := c.shard(unsafe.Slice(unsafe.StringData(k), len(k)))
+	s, h := c.shard(unsafe.Slice(unsafe.StringData(k), len(k)))
 	s.mu.Lock()
-	s.putLocked(k, v)
+	s.putLocked(h, k, v)
 	s.mu.Unlock()
 }
 
-func (s *cacheShard) putLocked(k string, v []byte) {
-	if _, ok := s.m[k]; !ok && len(s.m) >= s.cap {
-		n := max(1, s.cap/8)
-		for k := range s.m {
-			delete(s.m, k)
-			if n--; n <= 0 {
-				break
+func (s *cacheShard) putLocked(h uint64, k string, v []byte) {
+	if len(s.m) >= s.cap {
+		if _, ok := s.m[h]; !ok {
+			n := max(1, s.cap/8)
+			for h := range s.m {
+				delete(s.m, h)
+				if n--; n <= 0 {
+					break
+				}
 			}
 		}
 	}
-	s.m[k] = v
+	s.m[h] = cacheEntry{k, v}
 }
 
 // committed applies a commit's writes. With a selection of cached keys
@@ -95,15 +108,19 @@ func (c *valueCache) committed(ws []committedWrite, selective bool) {
 		if !w.cached {
 			continue
 		}
-		s := c.shard(unsafe.Slice(unsafe.StringData(w.key), len(w.key)))
+		s, h := c.shard(unsafe.Slice(unsafe.StringData(w.key), len(w.key)))
 		s.mu.Lock()
-		switch _, present := s.m[w.key]; {
+		switch {
 		case w.val == nil:
-			delete(s.m, w.key)
+			if e, ok := s.m[h]; ok && e.key == w.key {
+				delete(s.m, h)
+			}
 		case selective:
-			s.putLocked(w.key, w.val)
-		case present:
-			s.m[w.key] = w.val
+			s.putLocked(h, w.key, w.val)
+		default:
+			if e, ok := s.m[h]; ok && e.key == w.key {
+				s.m[h] = cacheEntry{w.key, w.val}
+			}
 		}
 		s.mu.Unlock()
 	}

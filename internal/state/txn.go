@@ -42,11 +42,14 @@ func (s *Store) NewTxn() *Txn {
 }
 
 // NewTxnOver starts an empty staging overlay that reads through base (nil:
-// the store) before the store.
+// the store) before the store. Its map is sized like base's, as consecutive
+// transactions of a task stage similar numbers of keys: growing the map
+// step by step costs more than the staging itself.
 func (s *Store) NewTxnOver(base *Txn) *Txn {
-	t := s.NewTxn()
-	t.base = base
-	return t
+	if base == nil {
+		return s.NewTxn()
+	}
+	return &Txn{s: s, base: base, writes: make(map[string]staged, len(base.writes)), offsets: make(map[Task]int64)}
 }
 
 // Detach stops t reading through its base: call it once the base's writes are
