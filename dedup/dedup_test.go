@@ -271,3 +271,29 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestFilter: every added id is found, and absent ids are rejected but for
+// under 1% even when the filter is at the size it was built for (Full).
+func TestFilter(t *testing.T) {
+	f := dedup.NewFilter(1 << 18)
+	n := 0
+	for ; !f.Full(); n++ {
+		f.Add(dedup.MakeID("", fmt.Sprint("in-", n)))
+	}
+	for i := range n {
+		if !f.MayContain(dedup.MakeID("", fmt.Sprint("in-", i))) {
+			t.Fatalf("in-%d was added but is rejected", i)
+		}
+	}
+	fp := 0
+	const absent = 200000
+	for i := range absent {
+		if f.MayContain(dedup.MakeID("", fmt.Sprint("out-", i))) {
+			fp++
+		}
+	}
+	if fp > absent/100 {
+		t.Fatalf("%d false positives in %d absent ids with %d added", fp, absent, n)
+	}
+	t.Logf("%d ids added (full); %d false positives in %d absent ids", n, fp, absent)
+}
