@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -9,16 +10,20 @@ func TestRecent(t *testing.T) {
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
 	id := func(i byte) ID { return ID{i, 1, 2, 3} }
 	fp := func(i byte) [32]byte { return [32]byte{i, 9, 9} }
-	r := NewRecent(3)
-	for i := range byte(4) { // 4 into 3: the first is evicted
+	r := NewRecent(1)        // one bucket of two
+	for i := range byte(3) { // 3 into 2: the first is evicted
 		r.Add(id(i), fp(i), now)
 	}
-	if r.Len() != 3 {
-		t.Fatalf("len %d, want 3", r.Len())
+	if r.Len() != 2 {
+		t.Fatalf("len %d, want 2", r.Len())
 	}
 	if _, known := r.Check(id(0), fp(0), now, time.Hour); known {
 		t.Error("the oldest id survived eviction")
 	}
+	if v, known := r.Check(id(1), fp(1), now, time.Hour); !known || v != Duplicate {
+		t.Errorf("the older of the two newest: %v %v, want Duplicate", v, known)
+	}
+	r.Add(id(3), fp(3), now)
 	if v, known := r.Check(id(3), fp(3), now, time.Hour); !known || v != Duplicate {
 		t.Errorf("same fingerprint: %v %v, want Duplicate", v, known)
 	}
@@ -40,4 +45,31 @@ func TestRecent(t *testing.T) {
 	if _, known := none.Check(id(1), fp(1), now, time.Hour); known || NewRecent(0) != nil {
 		t.Error("a disabled cache answered")
 	}
+}
+
+// TestRecentHoldsMostRecent: of the n ids added last, at least 80% are
+// answered (the table is set-associative, not exact), and of the n/2 last
+// at least 90%.
+func TestRecentHoldsMostRecent(t *testing.T) {
+	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+	const n = 1 << 14
+	r := NewRecent(n)
+	id := func(i int) ID { return MakeID("", fmt.Sprint("e", i)) }
+	for i := range 3 * n {
+		r.Add(id(i), [32]byte{byte(i)}, now)
+	}
+	found := func(from, to int) float64 {
+		k := 0
+		for i := from; i < to; i++ {
+			if v, known := r.Check(id(i), [32]byte{byte(i)}, now, time.Hour); known && v == Duplicate {
+				k++
+			}
+		}
+		return float64(k) / float64(to-from)
+	}
+	last, half := found(2*n, 3*n), found(3*n-n/2, 3*n)
+	if last < 0.80 || half < 0.90 {
+		t.Fatalf("found %.2f of the last n ids and %.2f of the last n/2; want ≥ 0.80 and ≥ 0.90", last, half)
+	}
+	t.Logf("found %.3f of the last n ids, %.3f of the last n/2", last, half)
 }
