@@ -97,9 +97,10 @@ const (
 	segmentKeyLen  = 1 + 8 + 8
 )
 
-// segmentMax bounds a segment's ids: 8192 × 48 bytes stays well under
-// Kafka's default 1 MiB record limit.
-const segmentMax = 8192
+// segmentMax bounds a segment's ids: 2048 × 48 bytes (97 KiB) stays far
+// under Kafka's default 1 MiB record limit and the lower limits some
+// clusters set, at one record per 2048 marks.
+const segmentMax = 2048
 
 // Store checks and marks event ids. It holds no state of its own beyond its
 // configuration.
@@ -247,8 +248,9 @@ func (s *Store) Stage(kv KV, m *Marks, taskPrefix []byte) {
 }
 
 // Restore is the restore expansion of dedup's changelog records
-// (eos.Config.Restore): a segment becomes its marker and entries, expired
-// entries and segments are dropped, anything else passes through as it is.
+// (eos.Config.Restore): a segment becomes its marker and entries (an expired
+// one its marker only), expired entries are dropped, anything else passes
+// through as it is.
 // It fails only on a corrupt segment.
 func (s *Store) Restore(key, value []byte, now time.Time, emit func(key, value []byte)) error {
 	switch {
@@ -264,17 +266,19 @@ func (s *Store) Restore(key, value []byte, now time.Time, emit func(key, value [
 	return nil
 }
 
-// expand emits a segment's marker and entries, unless it expired.
+// expand emits a segment's marker and entries; of an expired segment only
+// the marker, so that this instance's sweep tombstones the record (nobody
+// else may: the instance that wrote it may never sweep again).
 func (s *Store) expand(key, value []byte, now time.Time, emit func(key, value []byte)) error {
 	if len(key) != segmentKeyLen || len(value) < 1 || value[0] != segmentVersion || (len(value)-1)%segmentItem != 0 {
 		return fmt.Errorf("%w: segment %x (%d bytes)", ErrCorrupt, key, len(value))
 	}
+	n := (len(value) - 1) / segmentItem
+	emit(key, binary.BigEndian.AppendUint32(nil, uint32(n)))
 	at := int64(binary.BigEndian.Uint64(key[1:]))
 	if !s.liveAt(at, now) {
 		return nil
 	}
-	n := (len(value) - 1) / segmentItem
-	emit(key, binary.BigEndian.AppendUint32(nil, uint32(n)))
 	const kl = 1 + len(ID{})
 	buf := make([]byte, n*(kl+segmentEntryLen)) // one allocation for all entries
 	for i := range n {
@@ -293,9 +297,11 @@ func (s *Store) expand(key, value []byte, now time.Time, emit func(key, value []
 // Sweeper deletes expired entries of one task, a bounded chunk at a time.
 // Its zero value starts a pass at once; NewSweeper waits a period first.
 type Sweeper struct {
-	next     time.Time // when the next pass may start
-	cursor   []byte    // where the current pass continues; nil: no pass running
-	segments bool      // the pass has expired segments left to tombstone
+	next   time.Time // when the next pass may start
+	cursor []byte    // where the current pass's entries continue; nil: no pass running
+	// segments is where the pass's segment phase continues (nil: done), so
+	// that no chunk walks again over the markers an earlier chunk deleted.
+	segments []byte
 }
 
 // SweepKV is what a sweep needs: a scan that sees the staged overlay,
@@ -320,15 +326,14 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 			return 0, nil
 		}
 		sw.cursor = Prefix(taskPrefix)
-		sw.segments = true
+		sw.segments = append(append([]byte(nil), taskPrefix...), SegmentKind)
 	}
 	deleted := 0
-	if sw.segments {
-		n, done, err := s.sweepSegments(kv, taskPrefix, now, examine)
-		if err != nil || !done {
+	if sw.segments != nil {
+		n, err := s.sweepSegments(sw, kv, taskPrefix, now, examine)
+		if err != nil || sw.segments != nil {
 			return n, err
 		}
-		sw.segments = false
 		deleted = n
 	}
 	prefix := Prefix(taskPrefix)
@@ -363,12 +368,14 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 	return deleted, nil
 }
 
-// sweepSegments tombstones up to examine expired segments, oldest first, and
-// reports whether it reached the first live one (or the end).
-func (s *Store) sweepSegments(kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, bool, error) {
+// sweepSegments tombstones up to examine expired segments, oldest first,
+// from the pass's segment cursor; it clears the cursor once it reached the
+// first live segment (or the end).
+func (s *Store) sweepSegments(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, error) {
 	prefix := append(append([]byte(nil), taskPrefix...), SegmentKind)
-	deleted, done := 0, true
-	err := kv.ScanFrom(prefix, prefix, func(k, _ []byte) error {
+	deleted := 0
+	var next []byte // nil: the segment phase is done
+	err := kv.ScanFrom(prefix, sw.segments, func(k, _ []byte) error {
 		if len(k) != len(taskPrefix)+segmentKeyLen {
 			return nil // not ours to judge; Restore would have refused it
 		}
@@ -376,7 +383,7 @@ func (s *Store) sweepSegments(kv SweepKV, taskPrefix []byte, now time.Time, exam
 			return errChunk // markers are in time order: the rest are live
 		}
 		if deleted >= examine {
-			done = false
+			next = append([]byte(nil), k...)
 			return errChunk
 		}
 		kv.Delete(append([]byte(nil), k...))
@@ -384,9 +391,10 @@ func (s *Store) sweepSegments(kv SweepKV, taskPrefix []byte, now time.Time, exam
 		return nil
 	})
 	if err != nil && !errors.Is(err, errChunk) {
-		return deleted, false, err
+		return deleted, err
 	}
-	return deleted, done, nil
+	sw.segments = next
+	return deleted, nil
 }
 
 // NewSweeper returns a sweeper whose first pass starts one period (retention/8)

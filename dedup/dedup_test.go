@@ -131,21 +131,21 @@ func restore(t *testing.T, st *state.Store, d *dedup.Store, recs []record, now t
 func TestSegments(t *testing.T) {
 	d := dedup.NewStore(time.Hour)
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
-	const n = 8192 + 5 // two segments
+	const n = 2048 + 5 // two segments
 	recs := markAll(t, store(t), d, 0, n, now)
 	if len(recs) != 2 {
 		t.Fatalf("%d changelog records for %d marks, want 2 segments", len(recs), n)
 	}
 	for _, r := range recs {
-		if r.key[0] != dedup.SegmentKind || len(r.val) > 1<<19 {
-			t.Fatalf("changelog record %x (%d bytes) is not a segment under 512 KiB", r.key, len(r.val))
+		if r.key[0] != dedup.SegmentKind || len(r.val) > 100<<10 {
+			t.Fatalf("changelog record %x (%d bytes) is not a segment under 100 KiB", r.key, len(r.val))
 		}
 	}
 	fresh := store(t)
 	if got := restore(t, fresh, d, recs, now.Add(time.Minute)); got != n+2 {
 		t.Fatalf("restore wrote %d keys, want %d entries and 2 markers", got, n)
 	}
-	for _, i := range []int{0, 1, 8191, 8192, n - 1} {
+	for _, i := range []int{0, 1, 2047, 2048, n - 1} {
 		id, fp := dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}
 		for fp2, want := range map[[32]byte]dedup.Verdict{fp: dedup.Duplicate, {0xff}: dedup.Conflict} {
 			if v, err := d.Check(fresh.NewTxn(), nil, prefix, id, fp2, now.Add(time.Minute)); err != nil || v != want {
@@ -154,14 +154,14 @@ func TestSegments(t *testing.T) {
 		}
 	}
 	f, err := dedup.BuildFilter(fresh.Scan, prefix)
-	if err != nil || !f.MayContain(dedup.MakeID("", "e8193")) {
+	if err != nil || !f.MayContain(dedup.MakeID("", "e2049")) {
 		t.Fatalf("filter built after restore misses a restored id (%v)", err)
 	}
 }
 
-// TestRestoreDropsExpired: an expired segment, or an expired entry of the
-// pre-segment layout, restores to nothing; live ones and other keys pass;
-// a corrupt segment is an error.
+// TestRestoreDropsExpired: an expired segment restores to its marker only
+// (for the sweep to tombstone), an expired entry of the pre-segment layout
+// to nothing; live ones and other keys pass; a corrupt segment is an error.
 func TestRestoreDropsExpired(t *testing.T) {
 	d := dedup.NewStore(time.Hour)
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
@@ -181,7 +181,7 @@ func TestRestoreDropsExpired(t *testing.T) {
 		want int
 	}{
 		{"live segment", seg, now.Add(30 * time.Minute), 4},
-		{"expired segment", seg, now.Add(time.Hour + time.Millisecond), 0},
+		{"expired segment", seg, now.Add(time.Hour + time.Millisecond), 1},
 		{"live legacy entry", legacy, now.Add(30 * time.Minute), 1},
 		{"expired legacy entry", legacy, now.Add(2 * time.Hour), 0},
 		{"segment tombstone", record{seg.key, nil}, now.Add(100 * time.Hour), 1},
@@ -296,4 +296,26 @@ func TestFilter(t *testing.T) {
 		t.Fatalf("%d false positives in %d absent ids with %d added", fp, absent, n)
 	}
 	t.Logf("%d ids added (full); %d false positives in %d absent ids", n, fp, absent)
+}
+
+// TestSweepTombstonesRestoredExpiredSegment: a segment that had expired when
+// another instance restored it still gets its tombstone, from that
+// instance's sweep (the writer may never sweep again).
+func TestSweepTombstonesRestoredExpiredSegment(t *testing.T) {
+	d := dedup.NewStore(time.Hour)
+	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+	recs := markAll(t, store(t), d, 0, 3, now.Add(-2*time.Hour))
+	fresh := store(t)
+	if n := restore(t, fresh, d, recs, now); n != 1 {
+		t.Fatalf("restore of an expired segment wrote %d keys, want its marker only", n)
+	}
+	var sw dedup.Sweeper
+	txn := fresh.NewTxn()
+	if _, err := d.Sweep(&sw, txn, prefix, now, 100); err != nil {
+		t.Fatal(err)
+	}
+	got := changelog(txn)
+	if len(got) != 1 || got[0].val != nil || string(got[0].key) != string(recs[0].key) {
+		t.Fatalf("sweep staged %d changelog records, want the segment's tombstone", len(got))
+	}
 }

@@ -80,6 +80,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		h.Stage(bt)
 		if err := bt.Commit(); err != nil {
 			b.Fatal(err)
 		}
@@ -97,8 +98,10 @@ func BenchmarkProcessEvent(b *testing.B) {
 			b.StopTimer()
 			batch = next()
 			b.StartTimer()
-			// The changelog records of the transaction as eos builds them
-			// (one slice of records, keys not copied), then the commit.
+			// The dedup segment and the changelog records of the
+			// transaction as eos builds them (one slice of records,
+			// keys not copied), then the commit.
+			h.Stage(bt)
 			cl := make([]kgo.Record, 0, bt.Txn.Len())
 			bt.Txn.Each(func(key string, val []byte) {
 				k := key[len(task.Prefix):]

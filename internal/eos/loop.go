@@ -45,7 +45,8 @@ type Handler interface {
 
 // Stager is an optional Handler extension. Stage runs once per task batch
 // of a transaction, after its records were processed and on the goroutine
-// that processed them, before the batch's changelog records are produced:
+// that processed them (the loop's, for a batch without records), before the
+// batch's changelog records are produced:
 // the handler puts what it collected over the batch into b.Txn there (the
 // processor's dedup segment).
 type Stager interface {
@@ -457,8 +458,9 @@ func (l *Loop) changelogTopics() []string {
 //   - a smaller per-partition fetch size than kgo's 1 MiB, so that one poll
 //     carries records of several partitions, which the handler can then
 //     process in parallel (Config.Parallel);
-//   - room to buffer a whole transaction's output (about three records per
-//     input record: projection, dedup mark, aggregate) without blocking.
+//   - room to buffer a whole transaction's output (about two records per
+//     input record: projection and aggregate; dedup marks go in one
+//     segment per transaction) without blocking.
 func ClientTuning() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ProducerLinger(0),

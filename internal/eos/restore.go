@@ -201,7 +201,9 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 	}
 }
 
-// restoreBatch bounds the Pebble writes of one restore batch.
+// restoreBatch bounds the Pebble writes of one restore batch: a batch is
+// written once it reaches this size, so it holds at most this many plus
+// one record's expansion (a dedup segment: 2048 entries and its marker).
 const restoreBatch = 100000
 
 // write applies a chunk of restored writes (from recs changelog records)

@@ -349,8 +349,8 @@ func (s *Store) Metrics() *pebble.Metrics {
 
 // Restore applies changelog records of one task to Pebble and records next as
 // the offset to restore from next time, durably and atomically. A nil value is
-// a tombstone. Keys failing keep (if non-nil) are skipped: the caller filters
-// out state that has expired since it was written.
+// a tombstone. The caller has already dropped state that expired since it was
+// written, and expanded compact records (eos.Config.Restore).
 func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	if s.db == nil {
 		return ErrClosed
