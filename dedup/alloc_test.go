@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/race"
 )
 
 // mapKV is a KV that keeps what Set gives it (as a *state.Txn keeps
@@ -40,7 +41,7 @@ func (m *mapKV) set(key, val []byte) {
 func TestCheckMarkAllocs(t *testing.T) {
 	d := dedup.NewStore(time.Hour)
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector makes sync.Pool drop buffers")
 	}
 	kv := &mapKV{index: map[string]int{}}

@@ -135,6 +135,11 @@ func MakeID(tenant, eventID string) ID {
 // Prefix is the key prefix of the task's dedup entries.
 func Prefix(taskPrefix []byte) []byte { return append(append([]byte(nil), taskPrefix...), Kind) }
 
+// segmentPrefix is the key prefix of the task's segment markers.
+func segmentPrefix(taskPrefix []byte) []byte {
+	return append(append(make([]byte, 0, len(taskPrefix)+segmentKeyLen), taskPrefix...), SegmentKind)
+}
+
 func appendKey(dst, taskPrefix []byte, id ID) []byte {
 	dst = append(dst, taskPrefix...)
 	dst = append(dst, Kind)
@@ -192,12 +197,20 @@ func (s *Store) Check(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, n
 
 // Marks collects one task's marks in one transaction into segments. The
 // zero value is ready; Stage writes the segment being built. A Marks must not
-// outlive its transaction (an aborted transaction's Marks is dropped with it).
+// outlive its transaction (an aborted transaction's Marks is dropped with it);
+// once the transaction committed, Recent.AddStaged takes its staged marks.
 type Marks struct {
-	first int64  // input offset of the segment's first mark
-	at    int64  // the segment's mark time, unix ms
-	n     int    // ids in buf
-	buf   []byte // the segment's changelog value so far
+	first  int64  // input offset of the segment's first mark
+	at     int64  // the segment's mark time, unix ms
+	n      int    // ids in buf
+	buf    []byte // the segment's changelog value so far
+	staged []segment
+}
+
+// segment is a staged segment's value and mark time.
+type segment struct {
+	at  int64
+	buf []byte
 }
 
 // Mark records id with its fingerprint at now (and in f, if not nil): an
@@ -240,11 +253,20 @@ func (s *Store) Stage(kv KV, m *Marks, taskPrefix []byte) {
 	if m.n == 0 {
 		return
 	}
-	key := append(append(make([]byte, 0, len(taskPrefix)+segmentKeyLen), taskPrefix...), SegmentKind)
-	key = binary.BigEndian.AppendUint64(key, uint64(m.at))
+	key := binary.BigEndian.AppendUint64(segmentPrefix(taskPrefix), uint64(m.at))
 	key = binary.BigEndian.AppendUint64(key, uint64(m.first))
 	kv.SetLogged(key, binary.BigEndian.AppendUint32(nil, uint32(m.n)), m.buf)
-	*m = Marks{}
+	*m = Marks{staged: append(m.staged, segment{m.at, m.buf})}
+}
+
+// eachStaged calls fn for every mark of the staged segments (the buffers are
+// immutable once staged: the txn holds them as changelog values).
+func (m *Marks) eachStaged(fn func(id ID, fp []byte, at int64)) {
+	for _, sg := range m.staged {
+		for item := sg.buf[1:]; len(item) >= segmentItem; item = item[segmentItem:] {
+			fn(ID(item[:len(ID{})]), item[len(ID{}):segmentItem], sg.at)
+		}
+	}
 }
 
 // Restore is the restore expansion of dedup's changelog records
@@ -326,7 +348,7 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 			return 0, nil
 		}
 		sw.cursor = Prefix(taskPrefix)
-		sw.segments = append(append([]byte(nil), taskPrefix...), SegmentKind)
+		sw.segments = segmentPrefix(taskPrefix)
 	}
 	deleted := 0
 	if sw.segments != nil {
@@ -337,7 +359,7 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 		deleted = n
 	}
 	prefix := Prefix(taskPrefix)
-	seen := 0
+	seen := deleted // the segments examined count against the chunk
 	var last []byte
 	err := kv.ScanFrom(prefix, sw.cursor, func(k, v []byte) error {
 		if seen >= examine {
@@ -372,7 +394,7 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 // from the pass's segment cursor; it clears the cursor once it reached the
 // first live segment (or the end).
 func (s *Store) sweepSegments(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, error) {
-	prefix := append(append([]byte(nil), taskPrefix...), SegmentKind)
+	prefix := segmentPrefix(taskPrefix)
 	deleted := 0
 	var next []byte // nil: the segment phase is done
 	err := kv.ScanFrom(prefix, sw.segments, func(k, _ []byte) error {

@@ -61,8 +61,20 @@ func (r *Recent) Add(id ID, fp [32]byte, at time.Time) {
 	if r == nil {
 		return
 	}
+	r.add(id, fp[:], at.UnixMilli())
+}
+
+// AddStaged records the marks of a committed transaction's staged segments.
+func (r *Recent) AddStaged(m *Marks) {
+	if r == nil {
+		return
+	}
+	m.eachStaged(r.add)
+}
+
+func (r *Recent) add(id ID, fp []byte, at int64) {
 	b := r.bucket(id)
-	e := recentEntry{id: id, fp: binary.BigEndian.Uint64(fp[:8]), at: at.UnixMilli()}
+	e := recentEntry{id: id, fp: binary.BigEndian.Uint64(fp[:8]), at: at}
 	if b[0].id == id {
 		b[0] = e
 		return

@@ -73,3 +73,44 @@ func TestRecentHoldsMostRecent(t *testing.T) {
 	}
 	t.Logf("found %.3f of the last n ids, %.3f of the last n/2", last, half)
 }
+
+// TestRecentAddStaged: the marks of staged segments (several, of different
+// mark times) enter the cache with their fingerprints and times; marks not
+// yet staged do not.
+func TestRecentAddStaged(t *testing.T) {
+	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+	d := NewStore(time.Hour)
+	kv := &stagingKV{}
+	var m Marks
+	id := func(i int) ID { return MakeID("", fmt.Sprint("e", i)) }
+	fp := func(i int) [32]byte { return [32]byte{byte(i), 7} }
+	for i := range 5 {
+		d.Mark(kv, nil, &m, []byte("p"), int64(i), id(i), fp(i), now.Add(time.Duration(i/3)*time.Minute))
+	}
+	d.Stage(kv, &m, []byte("p"))                           // segments of e0–e2 and e3–e4
+	d.Mark(kv, nil, &m, []byte("p"), 5, id(5), fp(5), now) // not staged
+	r := NewRecent(16)
+	r.AddStaged(&m)
+	for i := range 5 {
+		if v, known := r.Check(id(i), fp(i), now.Add(time.Minute), time.Hour); !known || v != Duplicate {
+			t.Fatalf("e%d: %v %v, want a known duplicate", i, v, known)
+		}
+	}
+	// e0–e2 were marked a minute before e3–e4: only they expire first.
+	if _, known := r.Check(id(0), fp(0), now.Add(time.Hour+time.Millisecond), time.Hour); known {
+		t.Error("e0 is known past its retention")
+	}
+	if _, known := r.Check(id(3), fp(3), now.Add(time.Hour+time.Millisecond), time.Hour); !known {
+		t.Error("e3, marked a minute later, expired with e0")
+	}
+	if _, known := r.Check(id(5), fp(5), now, time.Hour); known {
+		t.Error("an unstaged mark entered the cache")
+	}
+}
+
+// stagingKV keeps nothing: the marks' segments are what the test reads.
+type stagingKV struct{}
+
+func (stagingKV) Get([]byte) ([]byte, bool, error) { return nil, false, nil }
+func (stagingKV) SetLocal(_, _ []byte)             {}
+func (stagingKV) SetLogged(_, _, _ []byte)         {}

@@ -53,10 +53,6 @@ type Config struct {
 	EffectRules EffectRules
 	Store       *state.Store
 	Dedup       *dedup.Store
-	// RecentIDs is the size, per task, of the front cache of committed
-	// event ids that answers most duplicates without a store read
-	// (default 262144; negative: none).
-	RecentIDs int
 
 	HoldTimeout time.Duration     // default 5m
 	GapPolicy   projection.Policy // default Wait
@@ -103,9 +99,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.HoldTimeout <= 0 {
 		c.HoldTimeout = 5 * time.Minute
-	}
-	if c.RecentIDs == 0 {
-		c.RecentIDs = 1 << 18
 	}
 	if c.MaxHeld <= 0 {
 		c.MaxHeld = 10000
@@ -167,10 +160,16 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Cached is the state.Options.Cached of a processor's store: aggregate
-// records are read again by the aggregate's next event, so the value cache
-// holds them; dedup marks (write-once, read rarely: the per-task filter and
-// the recent-ids cache answer most checks) and held events it does not.
-func Cached(changelogKey []byte) bool {
+// StoreOptions are the state.Options of a processor's store, with a block
+// cache of cacheBytes (0: the store's default).
+func StoreOptions(cacheBytes int64) state.Options {
+	return state.Options{CacheBytes: cacheBytes, Cached: cached}
+}
+
+// cached selects the keys the store keeps fast paths for: aggregate records
+// are read again by the aggregate's next event, so the value cache holds
+// them; dedup marks (write-once, read rarely: the per-task filter and the
+// recent-ids cache answer most checks) and held events it does not.
+func cached(changelogKey []byte) bool {
 	return len(changelogKey) > 0 && changelogKey[0] == projection.KindAggregate
 }

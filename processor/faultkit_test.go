@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/race"
 	"github.com/projector-dev/projector/internal/soak"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/internal/testkit"
@@ -145,7 +146,7 @@ func (e *env) checkFigureDL(exp workload.Expect, n, crashes, faults int, seed ui
 
 // genWorkload is smallWorkload with options.
 func genWorkload(seed uint64, events, aggs int, tweak func(*workload.Options)) ([]workload.Record, workload.Expect) {
-	if raceEnabled || testing.Short() {
+	if race.Enabled || testing.Short() {
 		events, aggs = events/5, max(aggs/5, 1)
 	}
 	o := workload.Defaults()

@@ -12,14 +12,21 @@ import (
 	"github.com/projector-dev/projector/sideeffects"
 )
 
+// projectionRecordText bounds a projection record's value beyond its
+// variable parts: the member names and punctuation (113 bytes), the quotes
+// of six strings (12), the longest version (20 digits) and an empty state
+// ("{}").
+const projectionRecordText = 113 + 12 + 20 + 2
+
 // projectionRecord encodes a Change as the contract's projection record (a
 // tombstone for a deletion). Encoding is by hand: the state is already JSON and
 // is embedded as is.
 func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record {
 	ev := c.Event
-	// Key and value share one buffer, sized for the value unless names need
+	// Key and value share one buffer, sized for both unless names need
 	// escaping (then append grows it).
-	n := len(ev.AggregateID) + 128 + len(p.Name) + 2*len(ev.AggregateID) + len(ev.AggregateType) +
+	n := len(ev.AggregateID) + // the key
+		projectionRecordText + len(p.Name) + len(ev.AggregateID) + len(ev.AggregateType) +
 		len(c.State) + len(ev.EventID) + len(ev.EventType) + len(ev.OccurredAt)
 	buf := make([]byte, 0, n)
 	buf = append(buf, ev.AggregateID...)

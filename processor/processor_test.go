@@ -4,13 +4,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/race"
 	"github.com/projector-dev/projector/internal/workload"
 )
 
 // smallWorkload generates a seeded stream; under -race or -short it is a
 // fifth of the size.
 func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.Expect) {
-	if raceEnabled || testing.Short() {
+	if race.Enabled || testing.Short() {
 		events, aggs = events/5, max(aggs/5, 1)
 	}
 	o := workload.Defaults()

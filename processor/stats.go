@@ -23,36 +23,14 @@ type tally struct {
 	// gaps are the task's gap-index changes (zero time: closed), applied
 	// on commit; nil until one happens.
 	gaps map[gapKey]time.Time
-	// marks go to the task's front cache of recent ids on commit.
-	marks  []mark
+	// seg collects the task's dedup marks into changelog segments; once
+	// committed they enter recent, the task's front cache of recent ids.
+	seg    dedup.Marks
 	recent *dedup.Recent
-	// seg collects the task's dedup marks into changelog segments.
-	seg dedup.Marks
 }
 
-type mark struct {
-	id dedup.ID
-	fp [32]byte
-	at time.Time
-}
-
-// marked queues a dedup mark for the task's front cache (added on commit:
-// the cache holds committed marks only).
-func (t *tally) marked(ts *taskState, id dedup.ID, fp [32]byte, at time.Time) {
-	if ts.recent == nil {
-		return
-	}
-	t.recent = ts.recent
-	t.marks = append(t.marks, mark{id, fp, at})
-}
-
-// commitMarks adds the queued marks to the front cache.
-func (t *tally) commitMarks() {
-	for _, m := range t.marks {
-		t.recent.Add(m.id, m.fp, m.at)
-	}
-	t.marks = nil
-}
+// commitMarks adds the committed marks to the front cache.
+func (t *tally) commitMarks() { t.recent.AddStaged(&t.seg) }
 
 func newTally() *tally {
 	return &tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}

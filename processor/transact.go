@@ -85,7 +85,6 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		}
 	}
 	p.cfg.Dedup.Mark(b.Txn, ts.filter, &tl.seg, t.Prefix, r.Offset, id, fp, b.Now)
-	tl.marked(ts, id, fp, b.Now)
 	if len(matched) == 0 {
 		tl.add("", "filtered") // no projection takes this aggregate type
 		return nil
@@ -180,6 +179,11 @@ func (p *Processor) tallyOf(b *eos.Batch) *tally {
 		return tl
 	}
 	tl := newTally()
+	if t := b.Task(); t != nil {
+		if ts, ok := t.Data.(*taskState); ok {
+			tl.recent = ts.recent // the marks' destination once committed
+		}
+	}
 	b.Data = tl
 	b.OnCommit(tl.commitMarks)
 	b.OnCommitted(func() { p.stats.addTally(tl) })

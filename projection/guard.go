@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -276,7 +277,7 @@ func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.
 	}
 	step := Step{HeldBefore: st.heldCount}
 	if !g.P.Versioned {
-		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes, false)
+		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes)
 		return step, nil
 	}
 	v := ev.AggregateVersion
@@ -285,8 +286,8 @@ func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.
 		step.Outcome = Stale
 	case v == st.version+1 && st.heldCount == 0:
 		// Nothing is held, so nothing can drain: the record is final after
-		// this one application (heldSince is cleared, as drain would).
-		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes, true)
+		// this one application.
+		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes)
 	case v == st.version+1:
 		g.apply(&st, ev, src, &step, &sc.changes)
 		if step.Outcome == Applied {
@@ -355,95 +356,103 @@ var mergeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 // maxPooledMerge bounds the scratch buffers kept for reuse.
 const maxPooledMerge = 64 << 10
 
-// applyStore is apply followed by staging the record, for when nothing can
-// drain after ev (so the record's header is known up front): the record is
-// encoded once, with the new state copied into it directly (and the merge
-// rule's result written into a reused scratch buffer), and the change's
-// State is the record's tail. With clearSince, an application clears
-// heldSince (as drain does when nothing is held).
-func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *Event, src Source, step *Step, spare *[1]Change, clearSince bool) {
-	var (
-		res Result
-		err error
-		buf *[]byte
-	)
-	if r, ok := g.P.Handler.(Rules); ok {
-		cur := st.current(true)
-		var patch []byte
-		if res, patch, err = r.decide(ev); patch != nil {
-			buf = mergeBufs.Get().(*[]byte)
-			res.State, err = appendMergePatch((*buf)[:0], cur, patch)
-			if res.State != nil && cap(res.State) <= maxPooledMerge {
-				*buf = res.State[:0]
-			}
-			if err != nil {
-				res = Result{}
-			}
-		}
-	} else {
+// run calls the projection's handler for ev on st's state. The merge rule
+// (Rules) writes its result into a pooled scratch buffer, returned as buf:
+// put it back (mergeBufs) once res.State has been copied.
+func (g *Guard) run(st *aggState, ev *Event) (res Result, buf *[]byte, err error) {
+	r, ok := g.P.Handler.(Rules)
+	if !ok {
 		res, err = g.P.Handler.Apply(st.current(false), ev)
+		return res, nil, err
+	}
+	var patch []byte
+	if res, patch, err = r.decide(ev); patch == nil || err != nil {
+		return res, nil, err
+	}
+	buf = mergeBufs.Get().(*[]byte)
+	res.State, err = appendMergePatch((*buf)[:0], st.current(true), patch)
+	if res.State != nil && cap(res.State) <= maxPooledMerge {
+		*buf = res.State[:0]
 	}
 	if err != nil {
-		if buf != nil {
-			mergeBufs.Put(buf)
-		}
-		step.Outcome = Failed
-		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
-		kv.Set(key, st.encode())
-		return
+		mergeBufs.Put(buf)
+		return Result{}, nil, err
 	}
-	next := *st
-	next.version++
-	if clearSince {
-		next.heldSince = 0
-	}
-	switch {
-	case res.Keep:
-	case res.Delete:
-		next.deleted, next.doc = true, nil
-	default:
-		next.deleted, next.doc = false, nil
-		if len(res.State) > 0 {
-			next.doc = res.State
-		}
-	}
-	rec := next.encode()
-	if buf != nil {
-		mergeBufs.Put(buf) // res.State is in rec now
-	}
-	if !res.Keep && next.doc != nil {
-		next.doc = rec[len(rec)-len(next.doc):]
-	}
-	*st = next
-	kv.Set(key, rec)
-	step.Outcome = Applied
-	addChange(step, spare, Change{
-		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: res.Effects,
-	})
+	return res, buf, nil
 }
 
-// apply runs the handler for ev as version st.version+1 and records the change
-// (in spare, if not nil, when it is the step's first).
-func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step, spare *[1]Change) {
-	res, err := g.P.Handler.Apply(st.current(false), ev)
-	if err != nil {
-		step.Outcome = Failed
-		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
-		return
-	}
+// advance moves st to the next version as res says; the new state is
+// res.State itself, not a copy.
+func (st *aggState) advance(res Result) {
 	st.version++
 	switch {
 	case res.Keep:
 	case res.Delete:
 		st.deleted, st.doc = true, nil
 	default:
-		st.deleted = false
-		st.doc = append([]byte(nil), res.State...)
+		st.deleted, st.doc = false, nil
+		if len(res.State) > 0 {
+			st.doc = res.State
+		}
 	}
+}
+
+// failed records that the handler rejected ev.
+func failed(step *Step, src Source, err error) {
+	step.Outcome = Failed
+	step.Failures = append(step.Failures, Failure{Source: src, Err: err})
+}
+
+// applied records ev's application as st's current version (in spare, if
+// not nil, when it is the step's first change).
+func applied(step *Step, spare *[1]Change, st *aggState, ev *Event, src Source, effects []Intent) {
 	step.Outcome = Applied
 	addChange(step, spare, Change{
-		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: res.Effects,
+		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: effects,
 	})
+}
+
+// applyStore is apply followed by staging the record, for when nothing can
+// drain after ev (so the record's header is known up front): the record is
+// encoded once, with the new state copied into it directly, and the change's
+// State is the record's tail.
+func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *Event, src Source, step *Step, spare *[1]Change) {
+	res, buf, err := g.run(st, ev)
+	if err != nil {
+		failed(step, src, err)
+		kv.Set(key, st.encode())
+		return
+	}
+	next := *st
+	next.advance(res)
+	rec := next.encode()
+	if buf != nil {
+		mergeBufs.Put(buf) // res.State is in rec now
+	}
+	if next.doc != nil && !res.Keep {
+		next.doc = rec[len(rec)-len(next.doc):]
+	}
+	*st = next
+	kv.Set(key, rec)
+	applied(step, spare, st, ev, src, res.Effects)
+}
+
+// apply runs the handler for ev as version st.version+1 and records the change
+// (in spare, if not nil, when it is the step's first).
+func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step, spare *[1]Change) {
+	res, buf, err := g.run(st, ev)
+	if err != nil {
+		failed(step, src, err)
+		return
+	}
+	st.advance(res)
+	if st.doc != nil && !res.Keep {
+		st.doc = bytes.Clone(st.doc) // off the handler's (or the pool's) buffer
+	}
+	if buf != nil {
+		mergeBufs.Put(buf)
+	}
+	applied(step, spare, st, ev, src, res.Effects)
 }
 
 // drain applies held events while the next version is waiting.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/internal/race"
 )
 
 // recKV is a KV over a map that keeps the values it is given (as a
@@ -115,7 +116,21 @@ func TestGuardMatchesReference(t *testing.T) {
 		}
 		p := &Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: versioned}
 		g := &Guard{P: p, MaxHeld: int64(1 + r.IntN(4))}
-		ref := (*refGuard)(&Guard{P: p, MaxHeld: g.MaxHeld})
+		// The reference runs the previous rules and merge: the guard's
+		// merge fast path is compared with them, not with itself.
+		refP := *p
+		if rules, ok := h.(Rules); ok {
+			refP.Handler = refRules(rules)
+		}
+		ref := (*refGuard)(&Guard{P: &refP, MaxHeld: g.MaxHeld})
+		held := map[string]int64{} // each aggregate's held count after the last step
+		checkHeldBefore := func(what string, i int, agg string, s Step) {
+			t.Helper()
+			if s.HeldBefore != held[agg] {
+				t.Fatalf("round %d %s %d: HeldBefore %d, want %d (held after the previous step)", round, what, i, s.HeldBefore, held[agg])
+			}
+			held[agg] = s.HeldCount
+		}
 		kv, refKV := newRecKV(), newRecKV()
 		prefix := []byte("task/")
 		cur := map[string]int64{}
@@ -135,6 +150,9 @@ func TestGuardMatchesReference(t *testing.T) {
 				if fmt.Sprint(err1) != fmt.Sprint(err2) || stepString(s1, nil) != stepString(s2, nil) {
 					t.Fatalf("round %d expire %d: step\n%s (%v)\nreference\n%s (%v)", round, i, stepString(s1, nil), err1, stepString(s2, nil), err2)
 				}
+				if err1 == nil && pol != Wait { // Wait does nothing and reports no gap
+					checkHeldBefore("expire", i, agg, s1)
+				}
 				continue
 			}
 			v := cur[agg] + int64([]int{-1, 0, 1, 1, 1, 1, 2, 3}[r.IntN(8)])
@@ -153,6 +171,9 @@ func TestGuardMatchesReference(t *testing.T) {
 			s2, err2 := ref.Offer(refKV, prefix, ev, src, now)
 			if fmt.Sprint(err1) != fmt.Sprint(err2) || stepString(s1, ev) != stepString(s2, ev) {
 				t.Fatalf("round %d offer %d (%s v%d %s): step\n%s (%v)\nreference\n%s (%v)", round, i, typ, v, payload, stepString(s1, ev), err1, stepString(s2, ev), err2)
+			}
+			if err1 == nil {
+				checkHeldBefore("offer", i, agg, s1)
 			}
 			if !slices.Equal(kv.log, refKV.log) {
 				t.Fatalf("round %d offer %d: writes\n%s\nreference\n%s", round, i, strings.Join(kv.log, "\n"), strings.Join(refKV.log, "\n"))
@@ -199,10 +220,10 @@ func TestGuardMatchesReference(t *testing.T) {
 // merge into a small state) allocates the offer's scratch (key and change)
 // and the staged record, nothing else.
 func TestGuardOfferAllocs(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector makes sync.Pool drop buffers")
 	}
-	g := &Guard{P: &Projection{Name: "case-overview", Handler: Rules{"CaseUpdated": Merge}, Versioned: true}}
+	g := &Guard{P: &Projection{Name: "case-overview", Handler: Rules{"CaseUpdated": Merge, "CaseClosed": Delete}, Versioned: true}}
 	kv := newAllocKV()
 	prefix := []byte("t\x00\x0bcase-events\x00\x00\x00\x00")
 	raw := []byte(`{"eventId":"e","eventType":"CaseUpdated","aggregateId":"CASE-100001","aggregateVersion":1,"payload":{"owner":"user-7","updates":8,"details":{"k2":"v8","drop":null}}}`)
@@ -225,16 +246,20 @@ func TestGuardOfferAllocs(t *testing.T) {
 	if allocs > 2 {
 		t.Fatalf("%v allocations per offer, want 2", allocs)
 	}
-	for _, typ := range []string{"Note", "CaseClosed"} {
-		ev.EventType = typ
+	for _, c := range []struct {
+		typ     string
+		deleted bool
+	}{{"Note", false}, {"CaseClosed", true}} { // kept as is; deleted
+		ev.EventType = c.typ
 		allocs := testing.AllocsPerRun(100, func() {
 			ev.AggregateVersion++
-			if _, err := g.Offer(kv, prefix, ev, src, now); err != nil {
-				t.Fatal(err)
+			step, err := g.Offer(kv, prefix, ev, src, now)
+			if err != nil || step.Outcome != Applied || step.Changes[0].Deleted != c.deleted {
+				t.Fatalf("%s: %+v %v", c.typ, step, err)
 			}
 		})
 		if allocs > 2 {
-			t.Fatalf("%s: %v allocations per offer, want 2", typ, allocs)
+			t.Fatalf("%s: %v allocations per offer, want 2", c.typ, allocs)
 		}
 	}
 }

@@ -5,6 +5,7 @@ package projection
 // both and compares every step and every staged write.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -13,6 +14,47 @@ import (
 )
 
 type refGuard Guard
+
+// refEncode is the previous aggState.encode.
+func refEncode(s *aggState) []byte {
+	b := make([]byte, 0, 24+len(s.doc))
+	b = append(b, aggFormat)
+	b = binary.AppendUvarint(b, uint64(s.version))
+	var flags byte
+	if s.deleted {
+		flags |= 1
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(s.heldCount))
+	b = binary.AppendVarint(b, s.heldSince)
+	return append(b, s.doc...)
+}
+
+// refRules is the previous Rules.Apply, over the previous merge
+// (refMergePatch): the reference guard runs it where the guard runs Rules.
+type refRules Rules
+
+func (r refRules) Apply(state []byte, ev *Event) (Result, error) {
+	switch r[ev.EventType] {
+	case Delete:
+		return Result{Delete: true}, nil
+	case Merge:
+		p := bytes.TrimSpace(ev.Payload)
+		if len(p) == 0 || bytes.Equal(p, []byte("null")) {
+			return Result{Keep: true}, nil // nothing to merge
+		}
+		if p[0] != '{' {
+			return Result{}, ErrPayloadNotObject
+		}
+		out, err := refMergePatch(state, p)
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{State: out}, nil
+	default:
+		return Result{Keep: true}, nil
+	}
+}
 
 func (g *refGuard) load(kv KV, key []byte) (aggState, error) {
 	v, ok, err := kv.Get(key)
@@ -36,7 +78,7 @@ func (g *refGuard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now ti
 	var step Step
 	if !g.P.Versioned {
 		g.apply(&st, ev, src, &step)
-		kv.Set(key, st.encode())
+		kv.Set(key, refEncode(&st))
 		return step, nil
 	}
 	v := ev.AggregateVersion
@@ -51,7 +93,7 @@ func (g *refGuard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now ti
 				return Step{}, err
 			}
 		}
-		kv.Set(key, st.encode())
+		kv.Set(key, refEncode(&st))
 	default:
 		hk := heldKey(hp, v)
 		if _, ok, err := kv.Get(hk); err != nil {
@@ -72,7 +114,7 @@ func (g *refGuard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now ti
 		}
 		st.heldCount++
 		step.Outcome = Held
-		kv.Set(key, st.encode())
+		kv.Set(key, refEncode(&st))
 	}
 	step.HeldCount = st.heldCount
 	if st.heldCount > 0 {
@@ -236,7 +278,7 @@ func (g *refGuard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, 
 	} else {
 		st.heldSince = 0
 	}
-	kv.Set(key, st.encode())
+	kv.Set(key, refEncode(&st))
 	step.HeldCount = st.heldCount
 	if st.heldCount > 0 {
 		step.HeldSince = time.UnixMilli(st.heldSince)

@@ -55,8 +55,7 @@ func BenchmarkPerEventPath(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		k := n % len(vals)
-		if k == 0 {
-			d.Stage(txn, &marks, prefix) // the segment belongs to the old prefix
+		if k == 0 { // right after a commit: len(vals) is a multiple of txnSize
 			pass++
 			prefix = state.Task{Topic: "case-events", Partition: int32(pass)}.Prefix()
 		}

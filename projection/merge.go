@@ -315,14 +315,10 @@ func scanString(b []byte, i int) (end int, escaped bool) {
 	return -1, escaped
 }
 
+// skipString is scanString as skipValue needs it.
 func skipString(b []byte, i int) (int, error) {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, nil
-		}
+	if end, _ := scanString(b, i); end >= 0 {
+		return end, nil
 	}
 	return i, errSyntax
 }

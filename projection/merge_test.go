@@ -130,6 +130,7 @@ func TestMergePatchErrorsMatchReference(t *testing.T) {
 		if err == nil || err.Error() != c.want {
 			t.Errorf("merge %s + %s: error %v, want %s", c.doc, c.patch, err, c.want)
 		}
+		sameAsReference(t, []byte(c.doc), []byte(c.patch))
 	}
 }
 

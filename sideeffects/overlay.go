@@ -1,6 +1,9 @@
 package sideeffects
 
-import "sort"
+import (
+	"sort"
+	"strings"
+)
 
 // overlay stages writes on top of another KV (the executor's transaction, or
 // MemStore's map) so that an update that fails can be dropped whole: merge
@@ -19,7 +22,7 @@ func (o *overlay) Get(k []byte) ([]byte, bool, error) {
 	return o.parent.Get(k)
 }
 
-func (o *overlay) Set(k, v []byte) { o.writes[string(k)] = append([]byte(nil), v...) }
+func (o *overlay) Set(k, v []byte) { o.writes[string(k)] = v }
 
 // Scan merges the parent's keys with the staged writes, in key order. Scans
 // are rare (Recover, listing), so a merge through a map is fine.
@@ -32,7 +35,7 @@ func (o *overlay) Scan(prefix []byte, fn func(k, v []byte) error) error {
 		return err
 	}
 	for k, v := range o.writes {
-		if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) {
+		if strings.HasPrefix(k, string(prefix)) {
 			merged[k] = v
 		}
 	}

@@ -69,6 +69,17 @@ func (s *slowReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"id":"r-%s"}`, key)
 }
 
+// total is the number of requests received, all keys together.
+func (s *slowReceiver) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.requests {
+		n += c
+	}
+	return n
+}
+
 // TestExecutorKill9 is issue 4's acceptance 2: the real binary is killed with
 // SIGKILL at random moments while it calls the webhook, and restarted. With
 // onUnknown retry the receiver applies every key exactly once; with park no
@@ -116,15 +127,6 @@ func TestExecutorKill9(t *testing.T) {
 			dir := t.TempDir()
 			cfg := writeConfig(t, fmt.Sprintf(killConfig, b.Addr(), filepath.Join(dir, "state"), srv.URL, policy))
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
-			total := func() int {
-				rcv.mu.Lock()
-				defer rcv.mu.Unlock()
-				n := 0
-				for _, c := range rcv.requests {
-					n += c
-				}
-				return n
-			}
 			landed := 0
 			for k := 0; k < kills; k++ {
 				cmd := exec.Command(binary, "run", "--config", cfg, "--log-level", "warn")
@@ -133,11 +135,11 @@ func TestExecutorKill9(t *testing.T) {
 				}
 				// Kill while calls are in flight: wait for this life's first
 				// requests (each takes 150-300 ms), then strike at once.
-				before, deadline := total(), time.Now().Add(30*time.Second)
-				for total() == before && time.Now().Before(deadline) {
+				before, deadline := rcv.total(), time.Now().Add(30*time.Second)
+				for rcv.total() == before && time.Now().Before(deadline) {
 					time.Sleep(5 * time.Millisecond)
 				}
-				if total() > before {
+				if rcv.total() > before {
 					landed++
 				}
 				time.Sleep(time.Duration(20+rng.IntN(80)) * time.Millisecond)

@@ -238,7 +238,7 @@ func (a *App) Ready() bool {
 
 func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Projection, copts []kgo.Opt) error {
 	var err error
-	if a.Store, err = openStore(ProcessorDir(cfg), cfg, processor.Cached); err != nil {
+	if a.Store, err = openStore(ProcessorDir(cfg), processor.StoreOptions(int64(cfg.State.CacheSize))); err != nil {
 		return err
 	}
 	policy, err := projection.ParsePolicy(cfg.Gaps.OnTimeout)
@@ -268,7 +268,7 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 
 func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error {
 	var err error
-	if a.ExecutorStore, err = openStore(ExecutorDir(cfg), cfg, nil); err != nil {
+	if a.ExecutorStore, err = openStore(ExecutorDir(cfg), state.Options{CacheBytes: int64(cfg.State.CacheSize)}); err != nil {
 		return err
 	}
 	a.Executor, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
@@ -282,11 +282,11 @@ func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error 
 	return err
 }
 
-func openStore(dir string, cfg *config.Config, cached func([]byte) bool) (*state.Store, error) {
+func openStore(dir string, o state.Options) (*state.Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
-	return state.Open(dir, state.Options{CacheBytes: int64(cfg.State.CacheSize), Cached: cached})
+	return state.Open(dir, o)
 }
 
 // Run runs the processor and the executor (whichever this role has) until

@@ -166,7 +166,11 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	st := a2.Processor.Stats()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		smp := sample{assigned: len(st.Assigned()) > 0, restored: st.Restored(), ready: a2.Ready()}
+		// Ready first: a sample that says ready must have read the
+		// restored count after readiness (a restore finishing between
+		// the two reads would otherwise look like ready too early).
+		ready := a2.Ready()
+		smp := sample{ready: ready, restored: st.Restored(), assigned: len(st.Assigned()) > 0}
 		samples = append(samples, smp)
 		if smp.ready {
 			break

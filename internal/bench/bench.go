@@ -498,7 +498,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 func pipeline(ctx context.Context, o Options, brokers []string, input, name, stateDir string, want int64) (Phase, map[string]int64, error) {
 	ph := Phase{Name: "pipeline"}
 	defer os.RemoveAll(stateDir)
-	st, err := state.Open(stateDir, state.Options{Cached: processor.Cached})
+	st, err := state.Open(stateDir, processor.StoreOptions(0))
 	if err != nil {
 		return ph, nil, err
 	}

@@ -1,6 +1,10 @@
 package envelope
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/projector-dev/projector/internal/race"
+)
 
 // benchEnvelope is a typical envelope: about 300 bytes, a ULID event id, all
 // the usual optional members, a small nested payload whose members are not
@@ -68,7 +72,7 @@ func BenchmarkDecodeAlloc(b *testing.B) {
 // The hot path's allocation budget: DecodeInto makes one allocation (the
 // shared string of all string fields), Fingerprint none once the pool is warm.
 func TestHotPathAllocations(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("sync.Pool drops items under the race detector")
 	}
 	data := []byte(benchEnvelope)

@@ -525,6 +525,9 @@ type txnBatches struct {
 	// bases are the previous transaction's task txns while their Pebble
 	// write is in flight (AsyncCommit): task txns read through them.
 	bases map[state.Task]*state.Txn
+	// h and changelog stage a standalone batch (NewTaskBatch).
+	h         Handler
+	changelog string
 }
 
 func newTxnBatches(store *state.Store, now time.Time, dlq string, produce func(*kgo.Record), bases map[state.Task]*state.Txn) *Batch {
@@ -633,15 +636,22 @@ func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reaso
 }
 
 // NewTaskBatch returns a standalone transaction holding task t's batch,
-// outside any loop: for benchmarks and tools that drive a Handler directly.
-// Records go to produce; Commit writes the state to st and runs the hooks.
-func NewTaskBatch(st *state.Store, t *Task, now time.Time, produce func(*kgo.Record)) *Batch {
-	return newTxnBatches(st, now, "", produce, nil).For(t)
+// outside any loop: for benchmarks and tools that drive h directly. Records,
+// changelog records (to changelog) included, go to produce; Commit stages
+// and writes the batch as the loop does.
+func NewTaskBatch(st *state.Store, h Handler, changelog string, t *Task, now time.Time, produce func(*kgo.Record)) *Batch {
+	b := newTxnBatches(st, now, "", produce, nil)
+	b.tx.h, b.tx.changelog = h, changelog
+	return b.For(t)
 }
 
-// Commit writes a standalone batch's state (NewTaskBatch) and runs its
-// commit hooks.
+// Commit ends a standalone batch (NewTaskBatch) as the loop ends a task's
+// batch – the handler's Stage, the changelog records – then writes its state
+// to Pebble and runs its commit hooks.
 func (b *Batch) Commit() error {
+	if err := stageChangelog(b.tx.h, b.tx.changelog, b); err != nil {
+		return err
+	}
 	if err := b.Txn.Commit(); err != nil {
 		return err
 	}

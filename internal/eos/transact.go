@@ -252,7 +252,7 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 				return err
 			}
 		}
-		return l.stageChangelog(w.b)
+		return l.stage(w.b)
 	}
 	var stop atomic.Bool
 	workers := 1
@@ -297,7 +297,7 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 		}
 	}
 	for _, c := range idle {
-		if err := l.stageChangelog(c); err != nil {
+		if err := l.stage(c); err != nil {
 			return err
 		}
 	}
@@ -356,13 +356,19 @@ func (l *Loop) invalidate() {
 	l.stats.setReady(false)
 }
 
-// stageChangelog produces a task batch's staged state as changelog
-// records, one per key (local writes excepted), after the handler's Stage.
-func (l *Loop) stageChangelog(b *Batch) error {
-	if s, ok := l.h.(Stager); ok {
+// stage ends a task batch's processing: the handler's Stage, then its
+// changelog records.
+func (l *Loop) stage(b *Batch) error {
+	return stageChangelog(l.h, l.cfg.ChangelogOf(b.task.ID.Topic), b)
+}
+
+// stageChangelog runs h's Stage (if it is a Stager) on a task batch, then
+// produces the batch's staged state to topic as changelog records, one per
+// key (local writes excepted).
+func stageChangelog(h Handler, topic string, b *Batch) error {
+	if s, ok := h.(Stager); ok {
 		s.Stage(b)
 	}
-	topic := l.cfg.ChangelogOf(b.task.ID.Topic)
 	n := len(b.task.Prefix)
 	// Records are allocated in blocks, not one by one (Len overcounts:
 	// it includes local writes).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/broker"
 	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/race"
 	"github.com/projector-dev/projector/internal/testkit"
 	"github.com/projector-dev/projector/internal/workload"
 )
@@ -130,7 +131,7 @@ func (r *receiver) received() map[string]int {
 
 // workloadOptions scales the default mix to events (divided by 10 under -race).
 func workloadOptions(events int, seed uint64) workload.Options {
-	if raceEnabled {
+	if race.Enabled {
 		events /= 10
 	}
 	o := workload.Defaults()

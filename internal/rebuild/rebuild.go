@@ -303,7 +303,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
-	store, err := state.Open(res.StateDir, state.Options{CacheBytes: int64(cfg.State.CacheSize), Cached: processor.Cached})
+	store, err := state.Open(res.StateDir, processor.StoreOptions(int64(cfg.State.CacheSize)))
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: is this rebuild running already? %w", err)
 	}

@@ -16,15 +16,14 @@ import (
 // record per key per transaction, not one per event.
 //
 // A Txn may read through a base Txn before the store (NewTxnOver): the staged
-// writes of a previous transaction whose Pebble write is still in flight, or a
-// task's staged state under one of its lanes. Reads never change a base, so
-// several Txns may read one base concurrently as long as nobody writes it.
+// writes of a previous transaction whose Pebble write is still in flight.
+// Reads never change a base, so several Txns may read one base concurrently
+// as long as nobody writes it.
 type Txn struct {
 	s       *Store
 	base    *Txn
 	writes  map[string]staged
 	offsets map[Task]int64
-	after   []func()
 }
 
 type staged struct {
@@ -141,14 +140,9 @@ func (t *Txn) SetChangelogOffset(task Task, next int64) {
 	}
 }
 
-// AfterCommit registers fn to run after a successful Commit, in order. In-memory
-// indexes derived from state are updated here so that they, too, are never
-// ahead of Kafka.
-func (t *Txn) AfterCommit(fn func()) { t.after = append(t.after, fn) }
-
 // Commit writes the staged state and changelog offsets to Pebble in one synced
-// batch, then runs the after-commit hooks. Call it only after the Kafka
-// transaction committed (invariant 1).
+// batch and empties the txn. Call it only after the Kafka transaction
+// committed (invariant 1).
 func (t *Txn) Commit() error {
 	if err := t.write(); err != nil {
 		return err
@@ -244,13 +238,8 @@ func (t *Txn) write() (err error) {
 	return nil
 }
 
-// Finish runs the after-commit hooks of a written txn and empties it.
-func (t *Txn) Finish() {
-	for _, fn := range t.after {
-		fn()
-	}
-	t.writes, t.offsets, t.after = nil, nil, nil
-}
+// Finish empties a written txn (nothing may read through it any more).
+func (t *Txn) Finish() { t.writes, t.offsets = nil, nil }
 
 // Scan calls fn, in key order, for every key with prefix as this txn sees it:
 // Pebble overlaid with the staged writes. It is meant for rare, bounded work

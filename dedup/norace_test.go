@@ -1,5 +1,0 @@
-//go:build !race
-
-package dedup_test
-
-const raceEnabled = false

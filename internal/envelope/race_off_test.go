@@ -1,5 +1,0 @@
-//go:build !race
-
-package envelope
-
-const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package rebuild
-
-const raceEnabled = false

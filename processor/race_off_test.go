@@ -1,5 +1,0 @@
-//go:build !race
-
-package processor_test
-
-const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package projection
-
-const raceEnabled = false
