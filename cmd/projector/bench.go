@@ -29,13 +29,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Partitions, "partitions", d.Partitions, "input topic partitions")
 	fs.IntVar(&o.Batch, "batch", d.Batch, "max records per transaction (both phases)")
 	fs.IntVar(&o.Runs, "runs", d.Runs, "repetitions of floor + pipeline; the median ratio is reported")
+	fs.IntVar(&o.FloorRecords, "floor-records", d.FloorRecords, "with N > 1, each run also times a floor that writes N copies of every input record (the transport the pipeline's own output needs); the ratio stays against the one-record floor")
 	fs.IntVar(&o.Chunk, "chunk", d.Chunk, "events generated at a time: larger workloads are generated in chunks of disjoint aggregates to bound memory")
 	brokers := fs.String("brokers", "", "comma-separated brokers of an external cluster (default: the embedded broker in this process)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the embedded broker's log and the state stores (default: a temporary one, removed at the end)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first run's pipeline phase to this file")
 	logLevel := fs.String("log-level", "warn", "log level of the processor: debug, info, warn, error")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := parse(fs, args, stdout, "  projector bench\n  projector bench --runs 3\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
+	if err := parse(fs, args, stdout, "  projector bench\n  projector bench --runs 3\n  projector bench --runs 3 --floor-records 2\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
 		return err
 	}
 	if *brokers != "" {
@@ -45,7 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
-	if err := positive(fs, "events", "aggregates", "partitions", "batch", "runs", "chunk"); err != nil {
+	if err := positive(fs, "events", "aggregates", "partitions", "batch", "runs", "floor-records", "chunk"); err != nil {
 		return err
 	}
 	if err := o.Validate(); err != nil {

@@ -5,20 +5,22 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
 // TestBenchSmall runs `projector bench` in-process at a small size (the CI
-// size): both rates, the ratio, the latencies, the peak RSS and correct
+// size), with the two-record floor: the rates, the ratios, the latencies,
+// the records written and CPU per input record, the peak RSS and correct
 // outcome counts must be reported.
 func TestBenchSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := runBench(ctx, []string{"--events", "20000", "--aggregates", "2000", "--batch", "1000",
-		"--dir", t.TempDir(), "--quiet"}, &stdout, &stderr)
+		"--floor-records", "2", "--dir", t.TempDir(), "--quiet"}, &stdout, &stderr)
 	out := stdout.String()
 	t.Logf("output:\n%s\nstderr:\n%s", out, stderr.String())
 	if err != nil {
@@ -27,8 +29,10 @@ func TestBenchSmall(t *testing.T) {
 	rate := `[0-9][0-9,]*`
 	for _, re := range []string{
 		`(?m)^\s*1\s+transport floor\s+` + rate + `\s+\S+\s+` + rate + `\s`,
+		`(?m)^\s*1\s+transport floor ×2\s+` + rate + `\s+\S+\s+` + rate + `\s.*\s[0-9]+\.[0-9]{3}\s*$`,
 		`(?m)^\s*1\s+pipeline\s+` + rate + `\s+\S+\s+` + rate + `\s.*\s[0-9]+\.[0-9]{3}\s*$`,
 		`ratio pipeline/transport floor: [0-9]+\.[0-9]{3} \(median of 1 run\(s\)\)`,
+		`ratio transport floor ×2/transport floor: [0-9]+\.[0-9]{3} \(median\)`,
 		`peak RSS: [0-9]+ MiB`,
 		`outcome counts: correct in every run`,
 	} {
@@ -49,6 +53,29 @@ func TestBenchSmall(t *testing.T) {
 		if o != "failed" && m[1] == "0" {
 			t.Errorf("outcome %s: expected count is 0; the workload does not exercise it", o)
 		}
+	}
+	// Records written per input record: exactly 1 and 2 for the floors; the
+	// pipeline writes a projection record per applied event plus changelog
+	// and dead-letter records. CPU per record and cores are positive.
+	cols := regexp.MustCompile(`(?m)^\s*1\s+(transport floor ×2|transport floor|pipeline)\s+.*\s([0-9]+\.[0-9]{2})\s+([0-9]+\.[0-9]{2})µs\s+([0-9]+\.[0-9]{2})\s`)
+	written := map[string]float64{}
+	for _, m := range cols.FindAllStringSubmatch(out, -1) {
+		w, _ := strconv.ParseFloat(m[2], 64)
+		cpu, _ := strconv.ParseFloat(m[3], 64)
+		cores, _ := strconv.ParseFloat(m[4], 64)
+		written[m[1]] = w
+		if cpu <= 0 || cores <= 0 {
+			t.Errorf("%s: cpu/rec %s µs, cores %s: want positive", m[1], m[3], m[4])
+		}
+	}
+	if len(written) != 3 {
+		t.Fatalf("written/cpu/cores columns found for %d phases, want 3", len(written))
+	}
+	if written["transport floor"] != 1 || written["transport floor ×2"] != 2 {
+		t.Errorf("floors wrote %.2f and %.2f records per input record, want 1 and 2", written["transport floor"], written["transport floor ×2"])
+	}
+	if w := written["pipeline"]; w <= 20000.0/22060 || w > 3 {
+		t.Errorf("pipeline wrote %.2f records per input record, want more than its applied share and at most 3", w)
 	}
 	// The floor's and pipeline's p50/p99 are positive.
 	if regexp.MustCompile(`\s0\.0ms`).MatchString(out) {

@@ -12,11 +12,14 @@
 //     reset the process's peak-RSS mark;
 //  2. per repetition: (a) the floor: a GroupTransactSession that copies every
 //     input record to an output topic, timed from start until its group has
-//     committed the end of every input partition; (b) the pipeline: the real
-//     processor (fresh state directory, live mode) on the same input in another
-//     group, timed the same way;
+//     committed the end of every input partition; (a') with FloorRecords > 1,
+//     the same loop writing that many copies of each input record (to as many
+//     topics): the transport that the pipeline's own output volume needs;
+//     (b) the pipeline: the real processor (fresh state directory, live mode)
+//     on the same input in another group, timed the same way;
 //  3. report events/s of both (input records / wall time), their ratio, p50/p99
-//     transaction latency, peak RSS and the outcome counts.
+//     transaction latency, the records written and the CPU time per input
+//     record, peak RSS and the outcome counts.
 package bench
 
 import (
@@ -35,6 +38,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -63,6 +68,11 @@ type Options struct {
 	Partitions int // input partitions (default 4)
 	Batch      int // max records per transaction, both phases (default 5000)
 	Runs       int // repetitions of floor + pipeline (default 1)
+	// FloorRecords > 1 adds a second floor per run that writes this many
+	// copies of every input record: the transport cost of the pipeline's
+	// output volume (it writes about two records per event). The ratio stays
+	// pipeline over the one-record floor.
+	FloorRecords int
 	// Chunk is how many events are generated at a time (default 1M). Larger
 	// workloads are generated as several chunks of disjoint aggregates.
 	Chunk int
@@ -85,7 +95,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{Events: 1_000_000, Aggregates: 100_000, Duplicates: 0.10, Reorder: 0.01,
 		LateGaps: 0.001, Stale: 0.001, Conflicts: 0.001, Invalid: 0.001, Seed: 1,
-		Partitions: 4, Batch: 5000, Runs: 1, Chunk: 1_000_000}
+		Partitions: 4, Batch: 5000, Runs: 1, FloorRecords: 1, Chunk: 1_000_000}
 }
 
 func (o *Options) applyDefaults() {
@@ -107,6 +117,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.Chunk <= 0 {
 		o.Chunk = d.Chunk
+	}
+	if o.FloorRecords <= 0 {
+		o.FloorRecords = d.FloorRecords
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -130,11 +143,14 @@ func (o Options) Validate() error {
 	rate("stale", o.Stale)
 	rate("conflicts", o.Conflicts)
 	rate("invalid", o.Invalid)
-	if o.Events < 0 || o.Aggregates < 0 || o.Partitions < 0 || o.Batch < 0 || o.Runs < 0 || o.Chunk < 0 {
+	if o.Events < 0 || o.Aggregates < 0 || o.Partitions < 0 || o.Batch < 0 || o.Runs < 0 || o.Chunk < 0 || o.FloorRecords < 0 {
 		errs = append(errs, errors.New("counts must not be negative"))
 	}
 	if o.Events > 0 && o.Aggregates > o.Events {
 		errs = append(errs, fmt.Errorf("--aggregates %d is more than --events %d (every aggregate has at least one event)", o.Aggregates, o.Events))
+	}
+	if o.FloorRecords > 16 {
+		errs = append(errs, fmt.Errorf("--floor-records %d is above 16", o.FloorRecords))
 	}
 	if o.Partitions > 1024 {
 		errs = append(errs, fmt.Errorf("--partitions %d is above 1024", o.Partitions))
@@ -153,6 +169,36 @@ type Phase struct {
 	Txns     int64         // committed transactions
 	Aborted  int64         // aborted transactions (retried)
 	P50, P99 time.Duration // committed-transaction latency
+	// Written counts the records the phase's clients wrote (acknowledged by
+	// the broker; with aborted transactions, theirs too).
+	Written int64
+	// CPU is the process's CPU time (user + system) over the phase: the
+	// phase's own work plus, with the embedded broker, the broker's.
+	CPU time.Duration
+}
+
+// PerRecord is CPU time per input record.
+func (p Phase) PerRecord() time.Duration {
+	if p.Records == 0 {
+		return 0
+	}
+	return p.CPU / time.Duration(p.Records)
+}
+
+// Cores is CPU time over wall time: how many cores the phase kept busy.
+func (p Phase) Cores() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return p.CPU.Seconds() / p.Elapsed.Seconds()
+}
+
+// WrittenPerRecord is records written per input record.
+func (p Phase) WrittenPerRecord() float64 {
+	if p.Records == 0 {
+		return 0
+	}
+	return float64(p.Written) / float64(p.Records)
 }
 
 // Rate is input records per second.
@@ -166,6 +212,9 @@ func (p Phase) Rate() float64 {
 // Run is one repetition: the floor, then the pipeline.
 type Run struct {
 	Floor, Pipeline Phase
+	// FloorN is the floor writing Options.FloorRecords copies of every record
+	// (nil when FloorRecords is 1).
+	FloorN *Phase
 	// Got are the pipeline's committed outcome counts (by Outcomes label).
 	Got map[string]int64
 }
@@ -176,6 +225,15 @@ func (r Run) Ratio() float64 {
 		return 0
 	}
 	return r.Pipeline.Rate() / r.Floor.Rate()
+}
+
+// FloorNRatio is the many-record floor's events/s over the floor's (0
+// without one).
+func (r Run) FloorNRatio() float64 {
+	if r.FloorN == nil || r.Floor.Rate() == 0 {
+		return 0
+	}
+	return r.FloorN.Rate() / r.Floor.Rate()
 }
 
 // Result is a whole benchmark.
@@ -204,6 +262,21 @@ func (r *Result) MedianRatio() float64 {
 	return median(rs)
 }
 
+// MedianFloorNRatio is the median over runs of FloorNRatio (0 without a
+// many-record floor).
+func (r *Result) MedianFloorNRatio() float64 {
+	rs := make([]float64, 0, len(r.Runs))
+	for _, run := range r.Runs {
+		if run.FloorN != nil {
+			rs = append(rs, run.FloorNRatio())
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	return median(rs)
+}
+
 // Mismatches lists every (run, outcome) whose count differs from the
 // expectation, and every floor that did not copy every record.
 func (r *Result) Mismatches() []string {
@@ -216,6 +289,9 @@ func (r *Result) Mismatches() []string {
 		}
 		if run.Floor.Records != r.Input {
 			out = append(out, fmt.Sprintf("run %d: transport floor copied %d records, want %d", i+1, run.Floor.Records, r.Input))
+		}
+		if run.FloorN != nil && run.FloorN.Records != r.Input {
+			out = append(out, fmt.Sprintf("run %d: %s copied %d records, want %d", i+1, run.FloorN.Name, run.FloorN.Records, r.Input))
 		}
 	}
 	return out
@@ -290,11 +366,21 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 	for i := range o.Runs {
 		name := fmt.Sprintf("%sbench-r%d", prefix, i+1)
 		fmt.Fprintf(o.Progress, "run %d/%d: transport floor ...\n", i+1, o.Runs)
-		floor, err := copyLoop(ctx, o, brokers, input, name+"-floor", res.Input)
+		floor, err := copyLoop(ctx, o, brokers, input, name+"-floor", res.Input, 1)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(o.Progress, "run %d/%d: transport floor %s, %.0f events/s; pipeline ...\n", i+1, o.Runs, floor.Elapsed.Round(time.Millisecond), floor.Rate())
+		fmt.Fprintf(o.Progress, "run %d/%d: transport floor %s, %.0f events/s\n", i+1, o.Runs, floor.Elapsed.Round(time.Millisecond), floor.Rate())
+		var floorN *Phase
+		if o.FloorRecords > 1 {
+			ph, err := copyLoop(ctx, o, brokers, input, name+"-floor"+strconv.Itoa(o.FloorRecords), res.Input, o.FloorRecords)
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(o.Progress, "run %d/%d: %s %s, %.0f events/s\n", i+1, o.Runs, ph.Name, ph.Elapsed.Round(time.Millisecond), ph.Rate())
+			floorN = &ph
+		}
+		fmt.Fprintf(o.Progress, "run %d/%d: pipeline ...\n", i+1, o.Runs)
 		if prof != nil {
 			if err := pprof.StartCPUProfile(prof); err != nil {
 				prof = nil // one profile per process; the first pipeline phase has it
@@ -309,7 +395,7 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		fmt.Fprintf(o.Progress, "run %d/%d: pipeline %s, %.0f events/s\n", i+1, o.Runs, pipe.Elapsed.Round(time.Millisecond), pipe.Rate())
-		res.Runs = append(res.Runs, Run{Floor: floor, Pipeline: pipe, Got: got})
+		res.Runs = append(res.Runs, Run{Floor: floor, FloorN: floorN, Pipeline: pipe, Got: got})
 	}
 	res.PeakRSS = peakRSS()
 	return res, nil
@@ -375,14 +461,25 @@ func renameChunk(recs []workload.Record, c int) {
 
 // copyLoop is the transport floor: the processor's session settings, read
 // committed, one transaction per poll of up to Batch records, every record
-// copied to an output topic.
-func copyLoop(ctx context.Context, o Options, brokers []string, input, name string, want int64) (Phase, error) {
+// copied to an output topic – or, with copies > 1, to that many topics.
+func copyLoop(ctx context.Context, o Options, brokers []string, input, name string, want int64, copies int) (Phase, error) {
 	ph := Phase{Name: "transport floor"}
-	out := name + ".out"
-	if err := testkit.CreateTopic(ctx, brokers, out, int32(o.Partitions)); err != nil {
-		return ph, fmt.Errorf("bench: create %s: %w", out, err)
+	if copies > 1 {
+		ph.Name = fmt.Sprintf("transport floor ×%d", copies)
 	}
+	outs := make([]string, copies)
+	for c := range outs {
+		outs[c] = name + ".out"
+		if c > 0 {
+			outs[c] += strconv.Itoa(c + 1)
+		}
+		if err := testkit.CreateTopic(ctx, brokers, outs[c], int32(o.Partitions)); err != nil {
+			return ph, fmt.Errorf("bench: create %s: %w", outs[c], err)
+		}
+	}
+	written := new(writeCounter)
 	sess, err := kgo.NewGroupTransactSession(append(eos.ClientTuning(),
+		kgo.WithHooks(written),
 		kgo.SeedBrokers(brokers...),
 		kgo.TransactionalID(name+"-bench"),
 		kgo.TransactionTimeout(40*time.Second),
@@ -403,6 +500,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 		aborted   int64
 	)
 	done := make(chan error, 1)
+	usage := startUsage()
 	start := time.Now()
 	go func() {
 		done <- func() error {
@@ -436,14 +534,16 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 				var perr error
 				var pmu sync.Mutex
 				fs.EachRecord(func(r *kgo.Record) {
-					cl.Produce(tctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers},
-						func(_ *kgo.Record, err error) {
-							if err != nil {
-								pmu.Lock()
-								perr = err
-								pmu.Unlock()
-							}
-						})
+					for _, out := range outs {
+						cl.Produce(tctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers},
+							func(_ *kgo.Record, err error) {
+								if err != nil {
+									pmu.Lock()
+									perr = err
+									pmu.Unlock()
+								}
+							})
+					}
 				})
 				if err := cl.Flush(tctx); err != nil {
 					tcancel()
@@ -472,6 +572,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 	}()
 	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
 	ph.Elapsed = time.Since(start)
+	ph.CPU = usage.cpu()
 	stop()
 	var loopErr error
 	if waitErr == nil || !errors.Is(waitErr, errStopped) {
@@ -491,12 +592,41 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 	defer mu.Unlock()
 	ph.Records, ph.Txns, ph.Aborted = committed, int64(len(lat)), aborted
 	ph.P50, ph.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	ph.Written = written.n.Load()
 	return ph, nil
+}
+
+// writeCounter is a kgo hook that counts the records brokers acknowledged.
+type writeCounter struct{ n atomic.Int64 }
+
+var _ kgo.HookProduceRecordUnbuffered = (*writeCounter)(nil)
+
+func (w *writeCounter) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
+	if err == nil {
+		w.n.Add(1)
+	}
+}
+
+// usage reads the process's CPU time since it started.
+type usage struct{ start time.Duration }
+
+func startUsage() usage { return usage{processCPU()} }
+
+func (u usage) cpu() time.Duration { return processCPU() - u.start }
+
+// processCPU is the process's user + system time so far (0 if unknown).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // pipeline runs the real processor on the input until its group caught up.
 func pipeline(ctx context.Context, o Options, brokers []string, input, name, stateDir string, want int64) (Phase, map[string]int64, error) {
 	ph := Phase{Name: "pipeline"}
+	written := new(writeCounter)
 	defer os.RemoveAll(stateDir)
 	st, err := state.Open(stateDir, processor.StoreOptions(0))
 	if err != nil {
@@ -513,6 +643,7 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 		}},
 		Store: st, Dedup: dedup.NewStore(168 * time.Hour),
 		MaxRecordsPerTxn: o.Batch, Mode: processor.Live, Logger: o.Logger,
+		ClientOpts: []kgo.Opt{kgo.WithHooks(written)},
 	})
 	if err != nil {
 		return ph, nil, err
@@ -531,10 +662,12 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
+	usage := startUsage()
 	start := time.Now()
 	go func() { done <- p.Run(runCtx) }()
 	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
 	ph.Elapsed = time.Since(start)
+	ph.CPU = usage.cpu()
 	stop()
 	if waitErr != nil {
 		if errors.Is(waitErr, errStopped) {
@@ -556,6 +689,7 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	ph.Records = want // caught up: every input record was consumed in a committed transaction
 	ph.Txns, ph.Aborted = int64(len(lat)), s.Transactions("aborted")
 	ph.P50, ph.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	ph.Written = written.n.Load()
 	return ph, got, nil
 }
 

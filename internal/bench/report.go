@@ -24,20 +24,26 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "setup (not timed): generated in %s, produced in %s\n\n", r.Generate.Round(time.Millisecond), r.Produce.Round(time.Millisecond))
 
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tphase\trecords\ttime\tevents/s\ttxns\taborted\tp50 txn\tp99 txn\tratio\t")
+	fmt.Fprintln(tw, "run\tphase\trecords\ttime\tevents/s\ttxns\taborted\tp50 txn\tp99 txn\twritten/rec\tcpu/rec\tcores\tratio\t")
 	for i, run := range r.Runs {
-		for _, ph := range []Phase{run.Floor, run.Pipeline} {
-			ratio := ""
-			if ph.Name == "pipeline" {
-				ratio = fmt.Sprintf("%.3f", run.Ratio())
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", i+1, ph.Name, humanize.Thousands(ph.Records),
+		row := func(ph Phase, ratio string) {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.2f\t%s\t%.2f\t%s\t\n", i+1, ph.Name, humanize.Thousands(ph.Records),
 				ph.Elapsed.Round(time.Millisecond), humanize.Thousands(int64(ph.Rate())), ph.Txns, ph.Aborted,
-				ms(ph.P50), ms(ph.P99), ratio)
+				ms(ph.P50), ms(ph.P99), ph.WrittenPerRecord(), us(ph.PerRecord()), ph.Cores(), ratio)
 		}
+		row(run.Floor, "")
+		if run.FloorN != nil {
+			row(*run.FloorN, fmt.Sprintf("%.3f", run.FloorNRatio()))
+		}
+		row(run.Pipeline, fmt.Sprintf("%.3f", run.Ratio()))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nratio pipeline/transport floor: %.3f (median of %d run(s))\n", r.MedianRatio(), len(r.Runs))
+	if f := r.MedianFloorNRatio(); f > 0 {
+		fmt.Fprintf(w, "ratio transport floor ×%d/transport floor: %.3f (median): the transport alone, writing %d records per input record\n",
+			o.FloorRecords, f, o.FloorRecords)
+	}
+	fmt.Fprintln(w, "(written/rec: records written per input record; cpu/rec: the process's CPU time per input record, broker included; cores: CPU time over wall time)")
 
 	fmt.Fprintln(w, "\npipeline outcome counts (committed) against the reference fold:")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -89,6 +95,10 @@ func pct(f float64) string {
 
 func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
+
+func us(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', 2, 64) + "µs"
 }
 
 func mib(b int64) string {
