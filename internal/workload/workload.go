@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -196,20 +197,29 @@ func Generate(o Options) ([]Record, Expect) {
 		e.payload = map[string]any{"staleWriter": true}
 		recs = append(recs, Record{Key: []byte(e.agg), Value: g.encode(&e, false), Kind: KindStale})
 	}
+	// Invalid records anywhere: each goes before a random position of the
+	// stream as it is after the previous ones went in.
+	var bad []insertion
 	for n := int(float64(o.Events) * o.Invalid); n > 0; n-- {
 		v, reason := g.invalid(n)
-		i := rng.IntN(len(recs) + 1)
-		recs = append(recs, Record{})
-		copy(recs[i+1:], recs[i:])
-		recs[i] = Record{Key: []byte(fmt.Sprintf("bad-%d", n)), Value: v, Kind: KindInvalid}
+		bad = append(bad, insertion{rng.IntN(len(recs) + len(bad) + 1),
+			Record{Key: []byte(fmt.Sprintf("bad-%d", n)), Value: v, Kind: KindInvalid}})
 		exp.DeadLetterValues[string(v)] = reason
 	}
+	recs = insertInTurn(recs, bad)
 	// 6. The reference fold: simulate arrival per aggregate.
 	type aggRef struct {
 		version int64
 		held    map[int64]bool
 	}
-	seen := map[string]string{} // tenant|id → canonical intent
+	// The first record of each id; its intent is worked out only when the id
+	// comes again (a tenth of the ids), which keeps the fold fast.
+	type first struct {
+		typ, agg string
+		version  int64
+		payload  json.RawMessage
+	}
+	seen := map[string]first{} // tenant|id → first record's intent fields
 	refs := map[string]*aggRef{}
 	for _, r := range recs {
 		switch r.Kind {
@@ -230,9 +240,8 @@ func Generate(o Options) ([]Record, Expect) {
 			panic(err)
 		}
 		scope := m.Tenant + "|" + m.EventID
-		intent := intentOf(m.Type, m.Agg, m.Version, m.Payload)
 		if prev, ok := seen[scope]; ok {
-			if prev == intent {
+			if intentOf(prev.typ, prev.agg, prev.version, prev.payload) == intentOf(m.Type, m.Agg, m.Version, m.Payload) {
 				exp.Duplicates++
 			} else {
 				exp.Conflicts++
@@ -240,7 +249,7 @@ func Generate(o Options) ([]Record, Expect) {
 			}
 			continue
 		}
-		seen[scope] = intent
+		seen[scope] = first{m.Type, m.Agg, m.Version, m.Payload}
 		a := refs[m.Agg]
 		if a == nil {
 			a = &aggRef{held: map[int64]bool{}}
@@ -366,6 +375,7 @@ func (g *gen) encode(e *ev, reserialise bool) []byte {
 		members = append(members, kv{"payload", e.payload})
 	}
 	var b bytes.Buffer
+	b.Grow(320)
 	sp := ""
 	if reserialise {
 		g.rng.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })
@@ -443,9 +453,59 @@ func writeJSON(b *bytes.Buffer, v any, alt bool) {
 	}
 }
 
+// escape is s as encoding/json writes it inside quotes. Most strings here
+// need nothing, so they skip the marshal.
 func escape(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b[1 : len(b)-1])
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return string(b[1 : len(b)-1])
+		}
+	}
+	return s
+}
+
+// insertion is a record to insert before position at of the stream as it is
+// when its turn comes.
+type insertion struct {
+	at int
+	r  Record
+}
+
+// insertInTurn returns recs with the insertions made one after another, in
+// order, without moving the stream once per insertion: working backwards,
+// each insertion takes the at-th slot of the result that later ones left
+// free (the last one's slot is its at; an earlier one is pushed right by
+// every later one at or before it), and recs fill the free slots in order.
+func insertInTurn(recs []Record, ins []insertion) []Record {
+	if len(ins) == 0 {
+		return recs
+	}
+	out := make([]Record, len(recs)+len(ins))
+	used := make([]bool, len(out))
+	var taken []int // sorted slots of the later insertions
+	for k := len(ins) - 1; k >= 0; k-- {
+		// The at-th free slot x is the least x with x = at + |taken ≤ x|;
+		// iterating from at climbs to it without passing it.
+		x := ins[k].at
+		for {
+			nx := ins[k].at + sort.SearchInts(taken, x+1)
+			if nx == x {
+				break
+			}
+			x = nx
+		}
+		taken = slices.Insert(taken, sort.SearchInts(taken, x), x)
+		out[x], used[x] = ins[k].r, true
+	}
+	i := 0
+	for x := range out {
+		if !used[x] {
+			out[x] = recs[i]
+			i++
+		}
+	}
+	return out
 }
 
 // invalid returns the n-th malformed record and its expected reason.
