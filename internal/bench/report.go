@@ -43,7 +43,11 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "ratio transport floor ×%d/transport floor: %.3f (median): the transport alone, writing %d records per input record\n",
 			o.FloorRecords, f, o.FloorRecords)
 	}
-	fmt.Fprintln(w, "(written/rec: records written per input record; cpu/rec: the process's CPU time per input record, broker included; cores: CPU time over wall time)")
+	broker := "the embedded broker's included"
+	if !r.Embedded {
+		broker = "the external broker's not included"
+	}
+	fmt.Fprintf(w, "(written/rec: records written per input record; cpu/rec: this process's CPU time per input record, %s; cores: CPU time over wall time)\n", broker)
 
 	fmt.Fprintln(w, "\npipeline outcome counts (committed) against the reference fold:")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
