@@ -73,19 +73,19 @@ func BenchmarkProcessEvent(b *testing.B) {
 	}
 	// Warm up: every aggregate exists and is cached.
 	for range 2 {
-		bt := eos.NewTaskBatch(st, h, changelog, task, now, produce)
+		bt := eos.NewTaskBatch(st, task, now, produce)
 		for _, r := range next() {
 			if err := h.Process(bt, task, r); err != nil {
 				b.Fatal(err)
 			}
 		}
-		if err := bt.Commit(); err != nil {
+		if err := bt.Commit(h, changelog); err != nil {
 			b.Fatal(err)
 		}
 	}
 	applied0 := p.stats.Outcome("applied")
 	batch := next()
-	bt := eos.NewTaskBatch(st, h, changelog, task, now, produce)
+	bt := eos.NewTaskBatch(st, task, now, produce)
 	i, processed := 0, 0
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -100,15 +100,15 @@ func BenchmarkProcessEvent(b *testing.B) {
 			b.StartTimer()
 			// The dedup segment, the changelog records and the Pebble
 			// write, as the loop ends a task's batch.
-			if err := bt.Commit(); err != nil {
+			if err := bt.Commit(h, changelog); err != nil {
 				b.Fatal(err)
 			}
-			bt = eos.NewTaskBatch(st, h, changelog, task, now, produce)
+			bt = eos.NewTaskBatch(st, task, now, produce)
 			i = 0
 		}
 	}
 	b.StopTimer()
-	if err := bt.Commit(); err != nil { // the last, partial batch: counted too
+	if err := bt.Commit(h, changelog); err != nil { // the last, partial batch: counted too
 		b.Fatal(err)
 	}
 	// Every timed event took the path measured: applied, nothing else.

@@ -522,15 +522,12 @@ type txnBatches struct {
 	top      *Batch
 	children []*Batch // in creation order
 	byTask   map[state.Task]*Batch
-	// bases are the previous transaction's task txns while their Pebble
-	// write is in flight (AsyncCommit): task txns read through them.
-	bases map[state.Task]*state.Txn
-	// h and changelog stage a standalone batch (NewTaskBatch).
-	h         Handler
-	changelog string
+	// bases are the previous transaction's task batches while their Pebble
+	// write is in flight (AsyncCommit): task txns read through theirs.
+	bases map[state.Task]*Batch
 }
 
-func newTxnBatches(store *state.Store, now time.Time, dlq string, produce func(*kgo.Record), bases map[state.Task]*state.Txn) *Batch {
+func newTxnBatches(store *state.Store, now time.Time, dlq string, produce func(*kgo.Record), bases map[state.Task]*Batch) *Batch {
 	tx := &txnBatches{store: store, dlq: dlq, produce: produce, byTask: map[state.Task]*Batch{}, bases: bases}
 	tx.top = &Batch{Now: now, tx: tx}
 	return tx.top
@@ -547,7 +544,11 @@ func (b *Batch) For(t *Task) *Batch {
 	if c, ok := tx.byTask[t.ID]; ok {
 		return c
 	}
-	c := &Batch{Txn: tx.store.NewTxnOver(tx.bases[t.ID]), Now: tx.top.Now, task: t, tx: tx}
+	var base *state.Txn
+	if p := tx.bases[t.ID]; p != nil {
+		base = p.Txn
+	}
+	c := &Batch{Txn: tx.store.NewTxnOver(base), Now: tx.top.Now, task: t, tx: tx}
 	tx.byTask[t.ID] = c
 	tx.children = append(tx.children, c)
 	return c
@@ -636,20 +637,18 @@ func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reaso
 }
 
 // NewTaskBatch returns a standalone transaction holding task t's batch,
-// outside any loop: for benchmarks and tools that drive h directly. Records,
-// changelog records (to changelog) included, go to produce; Commit stages
-// and writes the batch as the loop does.
-func NewTaskBatch(st *state.Store, h Handler, changelog string, t *Task, now time.Time, produce func(*kgo.Record)) *Batch {
-	b := newTxnBatches(st, now, "", produce, nil)
-	b.tx.h, b.tx.changelog = h, changelog
-	return b.For(t)
+// outside any loop: for benchmarks and tools that drive a handler directly.
+// Records, changelog records included, go to produce; Commit stages and
+// writes the batch as the loop does.
+func NewTaskBatch(st *state.Store, t *Task, now time.Time, produce func(*kgo.Record)) *Batch {
+	return newTxnBatches(st, now, "", produce, nil).For(t)
 }
 
 // Commit ends a standalone batch (NewTaskBatch) as the loop ends a task's
-// batch – the handler's Stage, the changelog records – then writes its state
-// to Pebble and runs its commit hooks.
-func (b *Batch) Commit() error {
-	if err := stageChangelog(b.tx.h, b.tx.changelog, b); err != nil {
+// batch – h's Stage, the changelog records to changelog – then writes its
+// state to Pebble and runs its commit hooks.
+func (b *Batch) Commit(h Handler, changelog string) error {
+	if err := stageChangelog(h, changelog, b); err != nil {
 		return err
 	}
 	if err := b.Txn.Commit(); err != nil {

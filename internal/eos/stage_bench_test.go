@@ -23,7 +23,7 @@ func BenchmarkChangelogEncode(b *testing.B) {
 	task := &Task{ID: id, Prefix: id.Prefix()}
 	const topic = "g.case-events.changelog"
 	produced := 0
-	bt := NewTaskBatch(st, nil, topic, task, time.Now(), func(*kgo.Record) { produced++ })
+	bt := NewTaskBatch(st, task, time.Now(), func(*kgo.Record) { produced++ })
 	val := make([]byte, 300)
 	for n := range 5000 {
 		bt.Txn.Set(fmt.Appendf(append([]byte(nil), task.Prefix...), "d%016x", n*7919), val[:40])

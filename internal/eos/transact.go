@@ -55,9 +55,9 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 			offsets.observe(r)
 		})
 	}
-	var bases map[state.Task]*state.Txn
+	var bases map[state.Task]*Batch
 	if l.inflight != nil {
-		bases = l.inflight.txns
+		bases = l.inflight.tx.byTask
 	}
 	b := newTxnBatches(l.cfg.Store, now, l.cfg.DeadLetterTopic, produce, bases)
 	tx := b.tx
@@ -126,26 +126,23 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 	if err := l.settle(); err != nil {
 		return err
 	}
-	txns := make([]*state.Txn, 0, len(tx.children))
-	byTask := make(map[state.Task]*state.Txn, len(tx.children))
+	tx.bases = nil // the previous transaction is in Pebble now
 	for _, c := range tx.children {
 		c.Txn.Detach()
 		if next, ok := offsets.next[c.task.ID]; ok {
 			c.Txn.SetChangelogOffset(c.task.ID, next)
 		}
-		txns = append(txns, c.Txn)
-		byTask[c.task.ID] = c.Txn
 	}
 	written = true // from here on, the abort hooks are the write's to run
-	f := &inflight{done: make(chan struct{}), tx: tx, txns: byTask, start: start, records: fetches.NumRecords(), produced: produced.Load()}
+	f := &inflight{done: make(chan struct{}), tx: tx, start: start, records: fetches.NumRecords(), produced: produced.Load()}
 	if !l.cfg.AsyncCommit {
-		f.write(l.cfg.Store, txns)
+		f.write(l.cfg.Store)
 		return l.finish(f)
 	}
 	l.writers.Add(1)
 	go func() {
 		defer l.writers.Done()
-		f.write(l.cfg.Store, txns)
+		f.write(l.cfg.Store)
 		l.interruptPoll() // an idle loop settles it without waiting for records
 	}()
 	l.inflight = f
@@ -156,12 +153,11 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 // Never masked as a clean stop: the restart must restore.
 var errStateCommit = errors.New("eos: state commit after Kafka commit")
 
-// inflight is a committed transaction's Pebble write.
+// inflight is a committed transaction's Pebble write: its task batches' txns.
 type inflight struct {
 	done     chan struct{}
 	err      error
 	tx       *txnBatches
-	txns     map[state.Task]*state.Txn
 	start    time.Time
 	took     time.Duration
 	records  int
@@ -170,7 +166,11 @@ type inflight struct {
 
 // write runs on its own goroutine while the next transaction reads through
 // the txns: it must not change them (state.Store.WriteAll only reads).
-func (f *inflight) write(st *state.Store, txns []*state.Txn) {
+func (f *inflight) write(st *state.Store) {
+	txns := make([]*state.Txn, len(f.tx.children))
+	for i, c := range f.tx.children {
+		txns[i] = c.Txn
+	}
 	f.err = st.WriteAll(txns)
 	f.took = time.Since(f.start)
 	close(f.done)
@@ -196,8 +196,8 @@ func (l *Loop) finish(f *inflight) error {
 		f.tx.aborted()
 		return fmt.Errorf("%w: %w", errStateCommit, f.err)
 	}
-	for _, t := range f.txns {
-		t.Finish()
+	for _, c := range f.tx.children {
+		c.Txn.Finish()
 	}
 	f.tx.committed()
 	l.stats.addTxn("committed", f.took)
@@ -224,8 +224,9 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
 		t := l.tasks[id]
 		if t == nil || len(fp.Records) == 0 {
-			// Revoked since the poll: the session aborts this
-			// transaction; its records come back to the new owner.
+			// Nothing to process, or revoked since the poll: then the
+			// session aborts this transaction and its records come
+			// back to the new owner.
 			return
 		}
 		i, ok := at[id]
@@ -243,7 +244,14 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 			idle = append(idle, c)
 		}
 	}
-	run := func(w taskWork, stop *atomic.Bool) error {
+	// Workers take the tasks in turn; the first error stops them all.
+	var (
+		next atomic.Int64
+		stop atomic.Bool
+		emu  sync.Mutex
+		ferr error
+	)
+	run := func(w taskWork) error {
 		for _, r := range w.recs {
 			if stop.Load() {
 				return nil
@@ -254,47 +262,38 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 		}
 		return l.stage(w.b)
 	}
-	var stop atomic.Bool
+	worker := func() {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(work) || stop.Load() {
+				return
+			}
+			if err := run(work[i]); err != nil {
+				stop.Store(true)
+				emu.Lock()
+				if ferr == nil {
+					ferr = err
+				}
+				emu.Unlock()
+				return
+			}
+		}
+	}
 	workers := 1
 	if l.cfg.Parallel {
 		workers = min(len(work), runtime.GOMAXPROCS(0))
 	}
 	if workers <= 1 {
-		for _, w := range work {
-			if err := run(w, &stop); err != nil {
-				return err
-			}
-		}
+		worker() // on the loop's goroutine
 	} else {
-		var (
-			next atomic.Int64
-			wg   sync.WaitGroup
-			emu  sync.Mutex
-			ferr error
-		)
+		var wg sync.WaitGroup
 		for range workers {
-			wg.Go(func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(work) || stop.Load() {
-						return
-					}
-					if err := run(work[i], &stop); err != nil {
-						stop.Store(true)
-						emu.Lock()
-						if ferr == nil {
-							ferr = err
-						}
-						emu.Unlock()
-						return
-					}
-				}
-			})
+			wg.Go(worker)
 		}
 		wg.Wait()
-		if ferr != nil {
-			return ferr
-		}
+	}
+	if ferr != nil {
+		return ferr
 	}
 	for _, c := range idle {
 		if err := l.stage(c); err != nil {
@@ -375,6 +374,9 @@ func stageChangelog(h Handler, topic string, b *Batch) error {
 	var recs []kgo.Record
 	var err error
 	b.Txn.Each(func(key string, val []byte) {
+		if err != nil {
+			return
+		}
 		if len(key) < n || key[:n] != string(b.task.Prefix) {
 			// A key of another task would restore into the wrong
 			// partition's state: a handler bug, stop before it lands.

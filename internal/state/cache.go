@@ -3,7 +3,6 @@ package state
 import (
 	"hash/maphash"
 	"sync"
-	"unsafe"
 )
 
 // valueCache keeps recently committed or read values in memory, so that the
@@ -21,7 +20,7 @@ type valueCache struct {
 
 type cacheShard struct {
 	mu  sync.Mutex
-	m   map[uint64]cacheEntry // by the key's hash: one hash per operation
+	m   map[uint64]cacheEntry // by the key's hash (keyHash)
 	cap int
 	_   [40]byte // keep shards' locks off one cache line
 }
@@ -35,7 +34,12 @@ type cacheEntry struct {
 
 const cacheShards = 16
 
-var cacheSeed = maphash.MakeSeed()
+// keySeed seeds keyHash.
+var keySeed = maphash.MakeSeed()
+
+// keyHash is a key's hash for the value cache and the key filter alike: a
+// read or commit of a cached key hashes it once for both.
+func keyHash(k []byte) uint64 { return maphash.Bytes(keySeed, k) }
 
 func newValueCache(capacity int) *valueCache {
 	if capacity == 0 {
@@ -52,16 +56,14 @@ func newValueCache(capacity int) *valueCache {
 	return c
 }
 
-func (c *valueCache) shard(k []byte) (*cacheShard, uint64) {
-	h := maphash.Bytes(cacheSeed, k)
-	return &c.shards[h%cacheShards], h
-}
+func (c *valueCache) shard(h uint64) *cacheShard { return &c.shards[h%cacheShards] }
 
-func (c *valueCache) get(k []byte) ([]byte, bool) {
+// get returns k's cached value; h is keyHash(k).
+func (c *valueCache) get(h uint64, k []byte) ([]byte, bool) {
 	if c.shards == nil {
 		return nil, false
 	}
-	s, h := c.shard(k)
+	s := c.shard(h)
 	s.mu.Lock()
 	e, ok := s.m[h]
 	s.mu.Unlock()
@@ -71,11 +73,12 @@ func (c *valueCache) get(k []byte) ([]byte, bool) {
 	return e.val, true
 }
 
-func (c *valueCache) put(k string, v []byte) {
+// put caches v as k's value; h is keyHash(k).
+func (c *valueCache) put(h uint64, k string, v []byte) {
 	if c.shards == nil {
 		return
 	}
-	s, h := c.shard(unsafe.Slice(unsafe.StringData(k), len(k)))
+	s := c.shard(h)
 	s.mu.Lock()
 	s.putLocked(h, k, v)
 	s.mu.Unlock()
@@ -108,7 +111,8 @@ func (c *valueCache) committed(ws []committedWrite, selective bool) {
 		if !w.cached {
 			continue
 		}
-		s, h := c.shard(unsafe.Slice(unsafe.StringData(w.key), len(w.key)))
+		h := w.hash
+		s := c.shard(h)
 		s.mu.Lock()
 		switch {
 		case w.val == nil:

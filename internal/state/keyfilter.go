@@ -1,7 +1,6 @@
 package state
 
 import (
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 )
@@ -22,6 +21,10 @@ import (
 // Bits are set and read atomically: the commit goroutine adds while readers
 // on other goroutines check. A key's bits are set before its batch is
 // committed, so a reader never sees the value in Pebble without the bits.
+//
+// A layer counts the keys that set at least one new bit, so adding a key
+// again (every commit of a hot aggregate, the opening scan, a restore) does
+// not use up its capacity.
 type keyFilter struct {
 	complete atomic.Bool
 	mu       sync.Mutex // serialises adds that may grow the layers
@@ -42,8 +45,6 @@ const (
 	firstLayerKeys = 1 << 20
 )
 
-var filterSeed = maphash.MakeSeed()
-
 func newKeyFilter() *keyFilter { return newKeyFilterSized(firstLayerKeys) }
 
 func newKeyFilterSized(firstKeys int64) *keyFilter {
@@ -58,17 +59,23 @@ func newFilterLayer(keys int64) *filterLayer {
 	return &filterLayer{bits: make([]atomic.Uint64, (m+63)/64), m: m, cap: keys}
 }
 
-// hashes are the two halves of the double hashing scheme.
-func hashes(key []byte) (uint64, uint64) { return split(maphash.Bytes(filterSeed, key)) }
-
+// split makes the two halves of the double hashing scheme from a key's hash
+// (keyHash).
 func split(h uint64) (uint64, uint64) { return h, h>>32 | h<<32 | 1 }
 
+// add sets the key's bits and counts it if any of them was new.
 func (l *filterLayer) add(h1, h2 uint64) {
+	fresh := false
 	for i := range uint64(probes) {
 		b := (h1 + i*h2) % l.m
-		l.bits[b/64].Or(1 << (b % 64))
+		mask := uint64(1) << (b % 64)
+		if l.bits[b/64].Or(mask)&mask == 0 {
+			fresh = true
+		}
 	}
-	l.n.Add(1)
+	if fresh {
+		l.n.Add(1)
+	}
 }
 
 func (l *filterLayer) has(h1, h2 uint64) bool {
@@ -82,12 +89,11 @@ func (l *filterLayer) has(h1, h2 uint64) bool {
 }
 
 // Add records that key may be stored.
-func (f *keyFilter) Add(key []byte) { f.add(hashes(key)) }
+func (f *keyFilter) Add(key []byte) { f.add(keyHash(key)) }
 
-// AddString is Add for a string key (no conversion).
-func (f *keyFilter) AddString(key string) { f.add(split(maphash.String(filterSeed, key))) }
-
-func (f *keyFilter) add(h1, h2 uint64) {
+// add is Add by the key's hash (keyHash).
+func (f *keyFilter) add(h uint64) {
+	h1, h2 := split(h)
 	ls := *f.layers.Load()
 	last := ls[len(ls)-1]
 	if last.n.Load() >= last.cap {
@@ -106,11 +112,14 @@ func (f *keyFilter) add(h1, h2 uint64) {
 
 // MayContain is false only if key was never added (and the opening scan is
 // complete).
-func (f *keyFilter) MayContain(key []byte) bool {
+func (f *keyFilter) MayContain(key []byte) bool { return f.mayContain(keyHash(key)) }
+
+// mayContain is MayContain by the key's hash (keyHash).
+func (f *keyFilter) mayContain(h uint64) bool {
 	if !f.complete.Load() {
 		return true
 	}
-	h1, h2 := hashes(key)
+	h1, h2 := split(h)
 	for _, l := range *f.layers.Load() {
 		if l.has(h1, h2) {
 			return true

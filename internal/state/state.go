@@ -5,9 +5,10 @@
 // Invariants:
 //
 //  1. Pebble is never ahead of Kafka. A Txn stages every write in memory;
-//     nothing reaches Pebble until Commit, which the processor calls only after
-//     the Kafka transaction carrying the same writes (as changelog records)
-//     has committed. A discarded Txn leaves no trace.
+//     nothing reaches Pebble until Commit (or Store.WriteAll), which the
+//     processor calls only after the Kafka transaction carrying the same
+//     writes (as changelog records) has committed. A discarded Txn leaves no
+//     trace.
 //  2. Read-your-writes. Txn.Get consults the staged overlay before Pebble, so
 //     two events of one aggregate in one transaction see each other.
 //  3. Every commit is durable (pebble.Sync) and atomic per task: a task's state
@@ -80,9 +81,9 @@ func (t Task) AppendPrefix(dst []byte) []byte {
 	return binary.BigEndian.AppendUint32(dst, uint32(t.Partition))
 }
 
-// ChangelogKey is the part of a task-owned key after the task prefix (false
-// when key is not task-owned); unlike SplitKey it allocates nothing.
-func ChangelogKey(key []byte) ([]byte, bool) {
+// changelogKey is the part of a task-owned key after the task prefix (false
+// when key is not task-owned).
+func changelogKey(key []byte) ([]byte, bool) {
 	if len(key) < 3 || key[0] != 't' {
 		return nil, false
 	}
@@ -91,19 +92,6 @@ func ChangelogKey(key []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return key[3+n+4:], true
-}
-
-// SplitKey splits a task-owned key into its task and the changelog key.
-func SplitKey(key []byte) (Task, []byte, error) {
-	if len(key) < 3 || key[0] != 't' {
-		return Task{}, nil, fmt.Errorf("state: key %q is not task-owned", key)
-	}
-	n := int(binary.BigEndian.Uint16(key[1:3]))
-	if len(key) < 3+n+4 {
-		return Task{}, nil, fmt.Errorf("state: key %q is truncated", key)
-	}
-	t := Task{Topic: string(key[3 : 3+n]), Partition: int32(binary.BigEndian.Uint32(key[3+n:]))}
-	return t, key[3+n+4:], nil
 }
 
 func offsetKey(t Task) []byte {
@@ -136,7 +124,8 @@ type Options struct {
 }
 
 // Store is the Pebble database. It is safe for concurrent readers; writes go
-// through Txn.Commit or Restore, which the processor's loop owns.
+// through Txn.Commit, Store.WriteAll (the loop's writer goroutine, one at a
+// time) and Restore.
 type Store struct {
 	db    *pebble.DB
 	cache *valueCache
@@ -207,9 +196,9 @@ func (s *Store) scanKeys() {
 	}
 }
 
-// WaitKeyScan blocks until the key filter is usable (tests and benchmarks
-// that want to measure the filtered read path).
-func (s *Store) WaitKeyScan() { <-s.scanDone }
+// waitKeyScan blocks until the key filter is usable (tests of the filtered
+// read path).
+func (s *Store) waitKeyScan() { <-s.scanDone }
 
 // Close closes the database. It is idempotent.
 func (s *Store) Close() error {
@@ -240,11 +229,13 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, ErrClosed
 	}
 	cached := s.isCached(key)
-	if cached && !s.keys.MayContain(key) {
-		return nil, false, nil // never written
-	}
+	var h uint64
 	if cached {
-		if v, ok := s.cache.get(key); ok {
+		h = keyHash(key)
+		if !s.keys.mayContain(h) {
+			return nil, false, nil // never written
+		}
+		if v, ok := s.cache.get(h, key); ok {
 			return v, true, nil
 		}
 	}
@@ -258,7 +249,7 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	out := append([]byte(nil), v...)
 	closer.Close()
 	if cached {
-		s.cache.put(string(key), out)
+		s.cache.put(h, string(key), out)
 	}
 	return out, true, nil
 }
@@ -268,7 +259,7 @@ func (s *Store) isCached(key []byte) bool {
 	if s.cached == nil {
 		return true
 	}
-	ck, ok := ChangelogKey(key)
+	ck, ok := changelogKey(key)
 	return ok && s.cached(ck)
 }
 

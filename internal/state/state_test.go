@@ -84,9 +84,11 @@ func TestKeysAndReset(t *testing.T) {
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	id, rest, err := SplitKey(append(a.Prefix(), 'k'))
-	if err != nil || id != a || string(rest) != "k" {
-		t.Fatalf("split: %v %q %v", id, rest, err)
+	if rest, ok := changelogKey(append(a.Prefix(), 'k')); !ok || string(rest) != "k" {
+		t.Fatalf("changelog key: %q %v, want k", rest, ok)
+	}
+	if rest, ok := changelogKey(offsetKey(a)); ok {
+		t.Fatalf("changelog key of an offset key: %q, want none", rest)
 	}
 	if err := s.Reset(a); err != nil {
 		t.Fatal(err)
@@ -147,9 +149,13 @@ func TestKeyFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The opening scan (of an empty store) is done: from here on only the
+	// commit and the restore below add keys.
+	st.waitKeyScan()
 	task := Task{Topic: "in", Partition: 0}
 	txn := st.NewTxn()
 	key := append(task.Prefix(), "agg-1"...)
+	restored := append(Task{Topic: "in", Partition: 1}.Prefix(), "agg-2"...)
 	txn.Set(key, []byte("v1"))
 	txn.SetChangelogOffset(task, 7)
 	if err := txn.Commit(); err != nil {
@@ -158,9 +164,16 @@ func TestKeyFilter(t *testing.T) {
 	if err := st.Restore(Task{Topic: "in", Partition: 1}, []Record{{Key: []byte("agg-2"), Value: []byte("v2")}}, 3); err != nil {
 		t.Fatal(err)
 	}
-	st.WaitKeyScan()
-	if _, ok, _ := st.Get(append(task.Prefix(), "agg-x"...)); ok {
-		t.Fatal("a key never written was found")
+	for _, k := range [][]byte{key, restored} {
+		if !st.keys.MayContain(k) {
+			t.Fatalf("%q was written but the filter rejects it", k)
+		}
+	}
+	if st.keys.MayContain(append(task.Prefix(), "agg-x"...)) {
+		t.Fatal("the filter passes a key never written (3 keys in a 1M-key layer)")
+	}
+	if v, ok, err := st.Get(key); err != nil || !ok || string(v) != "v1" {
+		t.Fatalf("committed key: %q %v %v", v, ok, err)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
@@ -170,17 +183,72 @@ func TestKeyFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	st.WaitKeyScan()
+	st.waitKeyScan()
 	if v, ok, err := st.Get(key); err != nil || !ok || string(v) != "v1" {
 		t.Fatalf("after reopen: %q %v %v", v, ok, err)
 	}
-	if v, ok, err := st.Get(append(Task{Topic: "in", Partition: 1}.Prefix(), "agg-2"...)); err != nil || !ok || string(v) != "v2" {
+	if v, ok, err := st.Get(restored); err != nil || !ok || string(v) != "v2" {
 		t.Fatalf("restored key after reopen: %q %v %v", v, ok, err)
 	}
 	if off, err := st.ChangelogOffset(task); err != nil || off != 7 {
 		t.Fatalf("changelog offset after reopen: %d %v", off, err)
 	}
 }
+
+// TestKeyFilterCountsKeys: a key added again (every commit of a hot
+// aggregate) does not use up the filter's capacity.
+func TestKeyFilterCountsKeys(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.waitKeyScan()
+	key := append(Task{Topic: "in", Partition: 0}.Prefix(), "agg-1"...)
+	for i := range 3000 {
+		txn := st.NewTxn()
+		txn.Set(key, fmt.Appendf(nil, "v%d", i))
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newKeyFilterSized(1000)
+	for range 15000 {
+		f.Add(key)
+	}
+	for name, f := range map[string]*keyFilter{"store": st.keys, "filter": f} {
+		ls := *f.layers.Load()
+		if len(ls) != 1 || ls[0].n.Load() != 1 {
+			t.Errorf("%s: one key added many times: %d layers, %d keys counted; want 1 and 1", name, len(ls), ls[0].n.Load())
+		}
+	}
+}
+
+// TestChangelogOffsetAfterCommits: with every key cached (Options.Cached
+// nil), a commit refreshes a changelog offset that a read brought into the
+// value cache.
+func TestChangelogOffsetAfterCommits(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	task := Task{Topic: "in", Partition: 0}
+	for _, next := range []int64{5, 9, 12} {
+		txn := st.NewTxn()
+		txn.Set(append(task.Prefix(), "k"...), []byte("v"))
+		txn.SetChangelogOffset(task, next)
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if off, err := st.ChangelogOffset(task); err != nil || off != next {
+			t.Fatalf("changelog offset after the commit of %d: %d %v", next, off, err)
+		}
+	}
+}
+
+// cachedValue is k's entry in the value cache.
+func cachedValue(st *Store, k []byte) ([]byte, bool) { return st.cache.get(keyHash(k), k) }
 
 // TestCachedSelection: with Options.Cached, only the selected keys enter the
 // value cache – on read and on commit – and a commit keeps them current.
@@ -190,24 +258,23 @@ func TestCachedSelection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	// The opening scan runs in the background; once done, the filter's
-	// counts are the commits' adds alone (a scan racing the commit below
-	// would add the same key a second time, which is harmless but would
-	// blur the count).
-	st.WaitKeyScan()
-	pre := Task{Topic: "in", Partition: 0}.Prefix()
+	task := Task{Topic: "in", Partition: 0}
+	pre := task.Prefix()
 	agg, mark := append(append([]byte(nil), pre...), "a1"...), append(append([]byte(nil), pre...), "d1"...)
 	txn := st.NewTxn()
 	txn.Set(agg, []byte("v1"))
 	txn.Set(mark, []byte("m1"))
+	txn.SetChangelogOffset(task, 5)
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := st.cache.get(agg); !ok || string(v) != "v1" {
+	if v, ok := cachedValue(st, agg); !ok || string(v) != "v1" {
 		t.Fatalf("selected key after commit: cached %q %v, want v1", v, ok)
 	}
-	if _, ok := st.cache.get(mark); ok {
-		t.Fatal("an unselected key entered the cache on commit")
+	for _, k := range [][]byte{mark, offsetKey(task)} {
+		if _, ok := cachedValue(st, k); ok {
+			t.Fatalf("an unselected key (%q) entered the cache on commit", k)
+		}
 	}
 	// Only the selected key is in the key filter (expired dedup marks must
 	// not grow it); the offset key is not task-owned, so not selected.
@@ -224,10 +291,10 @@ func TestCachedSelection(t *testing.T) {
 			t.Fatalf("get %q: %v %v", k, ok, err)
 		}
 	}
-	if _, ok := st.cache.get(agg); !ok {
+	if _, ok := cachedValue(st, agg); !ok {
 		t.Fatal("a selected key read from Pebble was not cached")
 	}
-	if _, ok := st.cache.get(mark); ok {
+	if _, ok := cachedValue(st, mark); ok {
 		t.Fatal("an unselected key entered the cache on read")
 	}
 	txn = st.NewTxn()

@@ -171,12 +171,22 @@ func (s *Store) WriteAll(txns []*Txn) error {
 	return nil
 }
 
-// committedWrite is one staged write on its way to Pebble; cached says
-// whether the store keeps fast paths for its key (Options.Cached).
+// committedWrite is one write on its way to Pebble; cached says whether the
+// store keeps fast paths for its key (Options.Cached), and then hash is its
+// keyHash.
 type committedWrite struct {
 	key    string
 	val    []byte
 	cached bool
+	hash   uint64
+}
+
+func (s *Store) committedWrite(key string, val []byte) committedWrite {
+	w := committedWrite{key: key, val: val}
+	if kb := unsafe.Slice(unsafe.StringData(key), len(key)); s.isCached(kb) {
+		w.cached, w.hash = true, keyHash(kb)
+	}
+	return w
 }
 
 // write puts the staged state and offsets into Pebble, synced.
@@ -194,11 +204,18 @@ func (t *Txn) write() (err error) {
 	// In key order: the memtable's skiplist inserter reuses its last
 	// position, so sorted inserts (dedup ids are random hashes) cost a
 	// fraction of scattered ones.
-	ws := make([]committedWrite, 0, len(t.writes))
-	size := 0
+	// The changelog offsets go in the same batch (invariant 3) and through
+	// the same filter and cache updates as the state.
+	ws := make([]committedWrite, 0, len(t.writes)+len(t.offsets))
 	for k, w := range t.writes {
-		ws = append(ws, committedWrite{key: k, val: w.val, cached: t.s.isCached(unsafe.Slice(unsafe.StringData(k), len(k)))})
-		size += len(k) + len(w.val) + 16
+		ws = append(ws, t.s.committedWrite(k, w.val))
+	}
+	for task, next := range t.offsets {
+		ws = append(ws, t.s.committedWrite(string(offsetKey(task)), binary.BigEndian.AppendUint64(nil, uint64(next))))
+	}
+	size := 0
+	for _, w := range ws {
+		size += len(w.key) + len(w.val) + 16
 	}
 	slices.SortFunc(ws, func(a, b committedWrite) int { return strings.Compare(a.key, b.key) })
 	b := t.s.db.NewBatchWithSize(size)
@@ -210,19 +227,11 @@ func (t *Txn) write() (err error) {
 			err = b.Delete(kb, nil)
 		} else {
 			if w.cached {
-				t.s.keys.AddString(w.key) // before the batch is visible
+				t.s.keys.add(w.hash) // before the batch is visible
 			}
 			err = b.Set(kb, w.val, nil)
 		}
 		if err != nil {
-			return fmt.Errorf("state: commit: %w", err)
-		}
-	}
-	for task, next := range t.offsets {
-		if t.s.isCached(offsetKey(task)) {
-			t.s.keys.Add(offsetKey(task))
-		}
-		if err := b.Set(offsetKey(task), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
 			return fmt.Errorf("state: commit: %w", err)
 		}
 	}
