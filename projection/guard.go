@@ -350,7 +350,8 @@ func addChange(step *Step, spare *[1]Change, c Change) {
 }
 
 // mergeBufs are scratch buffers the merge rule writes the new state into
-// before it is copied into the record (of exactly the right size).
+// before it is copied into the record (of exactly the right size) or, when
+// held events may drain after it, into a state of its own.
 var mergeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // maxPooledMerge bounds the scratch buffers kept for reuse.
@@ -423,16 +424,14 @@ func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *Event, src Sourc
 		kv.Set(key, st.encode())
 		return
 	}
-	next := *st
-	next.advance(res)
-	rec := next.encode()
+	st.advance(res)
+	rec := st.encode()
 	if buf != nil {
 		mergeBufs.Put(buf) // res.State is in rec now
 	}
-	if next.doc != nil && !res.Keep {
-		next.doc = rec[len(rec)-len(next.doc):]
+	if st.doc != nil {
+		st.doc = rec[len(rec)-len(st.doc):] // the record's tail, not the buffer
 	}
-	*st = next
 	kv.Set(key, rec)
 	applied(step, spare, st, ev, src, res.Effects)
 }

@@ -109,9 +109,11 @@ func TestGuardMatchesReference(t *testing.T) {
 	}
 	types := []string{"Set", "Set", "Set", "Set", "Del", "Note", "Fail", "Echo", "Empty", "Nil"}
 	for round := range rounds {
+		// Every combination of versioned or not and the merge rule or a
+		// handler of unknown code: three rounds in four versioned.
 		versioned := round%4 != 3
 		var h Handler = Rules{"Set": Merge, "Del": Delete, "Echo": Merge, "Empty": Merge, "Nil": Merge}
-		if round%2 == 1 {
+		if (round/4)%2 == 1 {
 			h = reusingHandler()
 		}
 		p := &Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: versioned}

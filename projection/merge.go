@@ -53,11 +53,7 @@ func appendMergePatch(dst, doc, patch []byte) ([]byte, error) {
 	if p[0] != '{' {
 		return append(dst, p...), nil // a patch that is not an object replaces
 	}
-	out, err := appendMergeMembers(dst, ms[:nt], ms[nt:])
-	if err != nil {
-		return nil, err // not reached: both inputs were checked
-	}
-	return out, nil
+	return appendMergeMembers(dst, ms[:nt], ms[nt:]), nil
 }
 
 // topMembers checks the JSON value b (surrounding whitespace allowed) and
@@ -101,23 +97,17 @@ const stackMembers = 16
 // merges as {} — and a nil patch re-encodes target normalised: sorted,
 // duplicate keys resolved, keys re-encoded, whitespace between members
 // dropped).
-func appendMerge(dst, target, patch []byte) ([]byte, error) {
+func appendMerge(dst, target, patch []byte) []byte {
 	var stack [stackMembers]member
-	ms, err := members(stack[:0], target)
-	if err != nil {
-		return dst, err
-	}
+	ms := members(stack[:0], target)
 	nt := len(ms)
-	if ms, err = members(ms, patch); err != nil {
-		return dst, err
-	}
+	ms = members(ms, patch)
 	return appendMergeMembers(dst, ms[:nt], ms[nt:])
 }
 
 // appendMergeMembers appends the merge of the patch members pm into the target
 // members tm, both as members lists them.
-func appendMergeMembers(dst []byte, tm, pm []member) ([]byte, error) {
-	var err error
+func appendMergeMembers(dst []byte, tm, pm []member) []byte {
 	dst = append(dst, '{')
 	first := len(dst)
 	for len(tm) > 0 || len(pm) > 0 {
@@ -136,9 +126,7 @@ func appendMergeMembers(dst []byte, tm, pm []member) ([]byte, error) {
 			tm = tm[1:]
 			dst = appendMemberKey(dst, first, m.key)
 			if m.val[0] == '{' {
-				if dst, err = appendMerge(dst, m.val, nil); err != nil {
-					return dst, err
-				}
+				dst = appendMerge(dst, m.val, nil)
 			} else {
 				dst = append(dst, m.val...)
 			}
@@ -162,11 +150,9 @@ func appendMergeMembers(dst []byte, tm, pm []member) ([]byte, error) {
 		if len(tv) == 0 || tv[0] != '{' {
 			tv = nil // an object merges into {} over anything else
 		}
-		if dst, err = appendMerge(dst, tv, pv); err != nil {
-			return dst, err
-		}
+		dst = appendMerge(dst, tv, pv)
 	}
-	return append(dst, '}'), nil
+	return append(dst, '}')
 }
 
 func appendMemberKey(dst []byte, first int, key []byte) []byte {
@@ -179,17 +165,15 @@ func appendMemberKey(dst []byte, first int, key []byte) []byte {
 
 // members appends the members of the checked object obj (none when obj is
 // nil) to ms, sorted by key, of duplicate keys only the last (as in
-// encoding/json).
-func members(ms []member, obj []byte) ([]member, error) {
+// encoding/json). The top level checked obj whole (topMembers), keys
+// included, so listing it again cannot fail.
+func members(ms []member, obj []byte) []member {
 	if len(obj) == 0 {
-		return ms, nil
+		return ms
 	}
 	base := len(ms)
-	ms, _, err := scanObject(obj, 0, ms, true, false)
-	if err != nil {
-		return ms, err
-	}
-	return ms[:base+sortMembers(ms[base:])], nil
+	ms, _, _ = scanObject(obj, 0, ms, true, false)
+	return ms[:base+sortMembers(ms[base:])]
 }
 
 // sortMembers sorts m stably by key unless it already is (strictly: without
@@ -230,8 +214,9 @@ var errSyntax = errors.New("invalid JSON")
 
 // scanObject parses the object starting at b[i] ('{') and returns its end.
 // With collect it appends the members to ms (keys decoded); with checkKeys
-// it decodes keys with escapes only to check them. Object values are parsed
-// the same way, recursively; other values are only skipped.
+// it decodes keys with escapes only to check them, and object values are
+// checked the same way, recursively. Other values, and object values when
+// not checking, are only skipped.
 func scanObject(b []byte, i int, ms []member, collect, checkKeys bool) ([]member, int, error) {
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -260,8 +245,8 @@ func scanObject(b []byte, i int, ms []member, collect, checkKeys bool) ([]member
 		if start >= len(b) {
 			return ms, start, errSyntax
 		}
-		if b[start] == '{' {
-			_, i, err = scanObject(b, start, nil, false, checkKeys)
+		if b[start] == '{' && checkKeys {
+			_, i, err = scanObject(b, start, nil, false, true)
 		} else {
 			i, err = skipValue(b, start)
 		}

@@ -13,8 +13,8 @@ import (
 	"github.com/projector-dev/projector/internal/jsonenc"
 )
 
-// MergePatch applies an RFC 7386 JSON merge patch to a JSON refObject document
-// and returns the result with refObject members in sorted order (so equal
+// refMergePatch applies an RFC 7386 JSON merge patch to a JSON object document
+// and returns the result with object members in sorted order (so equal
 // states are equal bytes). Values that are not objects (numbers, strings,
 // arrays) are copied as raw bytes: numbers keep their exact spelling and
 // precision, and arrays, which a merge patch replaces whole, are never
@@ -37,7 +37,7 @@ func refMergePatch(doc, patch []byte) ([]byte, error) {
 	return out.append(make([]byte, 0, len(doc)+len(patch))), nil
 }
 
-// refValue is a JSON refValue: an refObject, or any other refValue as raw bytes.
+// refValue is a JSON value: an object, or any other value as raw bytes.
 type refValue struct {
 	obj *refObject
 	raw []byte // when obj == nil
@@ -107,7 +107,7 @@ func (v refValue) append(b []byte) []byte {
 
 var errRefSyntax = errors.New("invalid JSON")
 
-// refParseValue parses one JSON refValue (surrounding whitespace allowed).
+// refParseValue parses one JSON value (surrounding whitespace allowed).
 func refParseValue(b []byte) (refValue, error) {
 	i := refSkipWS(b, 0)
 	v, i, err := refParseAt(b, i)

@@ -202,6 +202,13 @@ func FuzzMergePatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, doc, patch []byte) {
 		sameAsReference(t, doc, patch)
+		// Independent of the reference (which shares the way values are
+		// skipped): valid inputs, as the guard gives, merge into valid JSON.
+		if json.Valid(doc) && json.Valid(patch) {
+			if out, err := MergePatch(doc, patch); err == nil && !json.Valid(out) {
+				t.Fatalf("merge %q + %q = invalid JSON %q", doc, patch, out)
+			}
+		}
 	})
 }
 

@@ -51,7 +51,7 @@ func (r Rules) Apply(state []byte, ev *Event) (Result, error) {
 
 // decide is Apply up to the merge itself: patch is the payload object to
 // merge into the state, or nil when res, err is the whole result. The guard
-// uses it to merge straight into the record it stages.
+// uses it to merge into a pooled scratch buffer (Guard.run).
 func (r Rules) decide(ev *Event) (res Result, patch []byte, err error) {
 	switch r[ev.EventType] {
 	case Delete:
