@@ -54,9 +54,9 @@ func TestCheckMarkAllocs(t *testing.T) {
 		want float64
 		fn   func()
 	}{
-		{"check hit", 0, func() { d.Check(kv, nil, prefix, id, fp, now) }},
-		{"check miss", 0, func() { d.Check(kv, nil, prefix, dedup.MakeID("t", "e2"), fp, now) }},
-		{"check filtered", 0, func() { d.Check(kv, filter, prefix, dedup.MakeID("t", "e2"), fp, now) }},
+		{"check hit", 0, func() { d.Check(kv, nil, nil, prefix, id, fp, now) }},
+		{"check miss", 0, func() { d.Check(kv, nil, nil, prefix, dedup.MakeID("t", "e2"), fp, now) }},
+		{"check filtered", 0, func() { d.Check(kv, filter, nil, prefix, dedup.MakeID("t", "e2"), fp, now) }},
 		// The same key again: the KV has the key, so only the entry allocates.
 		{"mark", 1, func() { d.Mark(kv, filter, &m, prefix, 1, id, fp, now) }},
 	} {
@@ -65,10 +65,10 @@ func TestCheckMarkAllocs(t *testing.T) {
 		}
 	}
 	// The marked entry reads back after a mark over the same buffer reuse.
-	if v, err := d.Check(kv, nil, prefix, id, fp, now); err != nil || v != dedup.Duplicate {
+	if v, err := d.Check(kv, nil, nil, prefix, id, fp, now); err != nil || v != dedup.Duplicate {
 		t.Fatalf("verdict %v (%v), want duplicate", v, err)
 	}
-	if v, err := d.Check(kv, nil, prefix, id, [32]byte{8}, now); err != nil || v != dedup.Conflict {
+	if v, err := d.Check(kv, nil, nil, prefix, id, [32]byte{8}, now); err != nil || v != dedup.Conflict {
 		t.Fatalf("verdict %v (%v), want conflict", v, err)
 	}
 }

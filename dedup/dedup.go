@@ -25,8 +25,9 @@
 //     large, through the staged transaction: it deletes expired entries
 //     locally and tombstones expired segments (their markers are in mark
 //     time order), so compaction reclaims them in the changelog too. Until
-//     an entry is swept it is simply ignored by Check, and an expired
-//     segment or entry is dropped on restore.
+//     an entry is swept it is simply ignored by Check; on restore an
+//     expired entry is dropped, and an expired segment restores to its
+//     marker alone (which the sweep then tombstones).
 //   - The store reads and writes through a staged transaction, so a mark made
 //     in a transaction that aborts never existed.
 package dedup
@@ -111,9 +112,6 @@ type Store struct {
 // NewStore returns a store remembering ids for retention.
 func NewStore(retention time.Duration) *Store { return &Store{retention: retention} }
 
-// Retention is how long ids are remembered.
-func (s *Store) Retention() time.Duration { return s.retention }
-
 // ID is the hashed dedup identity of one event within a task.
 type ID [16]byte
 
@@ -167,10 +165,13 @@ func validEntry(v []byte) bool {
 
 // Check reports whether id was seen within the retention window, and if so
 // whether with the same fingerprint. f, if not nil, answers most misses
-// without reading the store.
-func (s *Store) Check(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, now time.Time) (Verdict, error) {
+// without reading the store; r, if not nil, most recent duplicates.
+func (s *Store) Check(kv KV, f *Filter, r *Recent, taskPrefix []byte, id ID, fp [32]byte, now time.Time) (Verdict, error) {
 	if f != nil && !f.MayContain(id) {
 		return New, nil
+	}
+	if v, known := s.recentVerdict(r, id, fp, now); known {
+		return v, nil
 	}
 	kb := keyBufs.Get().(*[]byte)
 	key := appendKey((*kb)[:0], taskPrefix, id)
@@ -193,6 +194,21 @@ func (s *Store) Check(kv KV, f *Filter, taskPrefix []byte, id ID, fp [32]byte, n
 		return Duplicate, nil
 	}
 	return Conflict, nil
+}
+
+// recentVerdict answers from r: known is false when id is not there or its
+// mark has expired (then the store must be asked). A known id is a Duplicate
+// when the fingerprint prefixes match, a Conflict otherwise (a different
+// event under the same id agreeing on 64 bits by chance is ignored).
+func (s *Store) recentVerdict(r *Recent, id ID, fp [32]byte, now time.Time) (v Verdict, known bool) {
+	at, same, ok := r.find(id, fp)
+	if !ok || !s.liveAt(at, now) {
+		return New, false
+	}
+	if same {
+		return Duplicate, true
+	}
+	return Conflict, true
 }
 
 // Marks collects one task's marks in one transaction into segments. The
@@ -326,6 +342,10 @@ type Sweeper struct {
 	segments []byte
 }
 
+// Due reports whether Sweep has work at now: a pass under way, or the next
+// one due. (The caller can skip staging anything for the sweep otherwise.)
+func (sw *Sweeper) Due(now time.Time) bool { return sw.cursor != nil || !now.Before(sw.next) }
+
 // SweepKV is what a sweep needs: a scan that sees the staged overlay,
 // deletions that become changelog tombstones, and local ones.
 type SweepKV interface {
@@ -343,10 +363,10 @@ var errChunk = errors.New("dedup: chunk done")
 // It examines at most examine keys, deletes the expired ones through kv and
 // returns how many it deleted.
 func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, error) {
+	if !sw.Due(now) {
+		return 0, nil
+	}
 	if sw.cursor == nil {
-		if now.Before(sw.next) {
-			return 0, nil
-		}
 		sw.cursor = Prefix(taskPrefix)
 		sw.segments = segmentPrefix(taskPrefix)
 	}
@@ -359,7 +379,7 @@ func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time,
 		deleted = n
 	}
 	prefix := Prefix(taskPrefix)
-	seen := deleted // the segments examined count against the chunk
+	seen := deleted // the segments tombstoned count against the chunk
 	var last []byte
 	err := kv.ScanFrom(prefix, sw.cursor, func(k, v []byte) error {
 		if seen >= examine {

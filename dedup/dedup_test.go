@@ -36,7 +36,7 @@ func TestVerdicts(t *testing.T) {
 	id := dedup.MakeID("", "e1")
 	check := func(id dedup.ID, fp [32]byte, at time.Time, want dedup.Verdict) {
 		t.Helper()
-		got, err := d.Check(txn, nil, prefix, id, fp, at)
+		got, err := d.Check(txn, nil, nil, prefix, id, fp, at)
 		if err != nil || got != want {
 			t.Fatalf("got %s (%v), want %s", got, err, want)
 		}
@@ -68,7 +68,7 @@ func TestAbortedMarkLeavesNothing(t *testing.T) {
 	d.Mark(aborted, nil, &m, prefix, 0, id, [32]byte{1}, now)
 	d.Stage(aborted, &m, prefix)
 	fresh := st.NewTxn()
-	if v, _ := d.Check(fresh, nil, prefix, id, [32]byte{1}, now); v != dedup.New {
+	if v, _ := d.Check(fresh, nil, nil, prefix, id, [32]byte{1}, now); v != dedup.New {
 		t.Fatalf("verdict %s after an uncommitted mark, want new", v)
 	}
 	committed := st.NewTxn()
@@ -77,7 +77,7 @@ func TestAbortedMarkLeavesNothing(t *testing.T) {
 	if err := committed.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := d.Check(st.NewTxn(), nil, prefix, id, [32]byte{1}, now); v != dedup.Duplicate {
+	if v, _ := d.Check(st.NewTxn(), nil, nil, prefix, id, [32]byte{1}, now); v != dedup.Duplicate {
 		t.Fatalf("verdict %s after a committed mark, want duplicate", v)
 	}
 }
@@ -143,12 +143,12 @@ func TestSegments(t *testing.T) {
 	}
 	fresh := store(t)
 	if got := restore(t, fresh, d, recs, now.Add(time.Minute)); got != n+2 {
-		t.Fatalf("restore wrote %d keys, want %d entries and 2 markers", got, n)
+		t.Fatalf("restore wrote %d keys, want %d (%d entries and 2 markers)", got, n+2, n)
 	}
 	for _, i := range []int{0, 1, 2047, 2048, n - 1} {
 		id, fp := dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}
 		for fp2, want := range map[[32]byte]dedup.Verdict{fp: dedup.Duplicate, {0xff}: dedup.Conflict} {
-			if v, err := d.Check(fresh.NewTxn(), nil, prefix, id, fp2, now.Add(time.Minute)); err != nil || v != want {
+			if v, err := d.Check(fresh.NewTxn(), nil, nil, prefix, id, fp2, now.Add(time.Minute)); err != nil || v != want {
 				t.Fatalf("e%d after restore: %s (%v), want %s", i, v, err, want)
 			}
 		}
@@ -214,7 +214,7 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 	txn := st.NewTxn()
 	for name, at := range map[string]time.Time{"old": now.Add(-2 * time.Hour), "new": now} {
 		id := dedup.MakeID("", name)
-		key := append(append(append([]byte(nil), prefix...), dedup.Kind), id[:]...)
+		key := append(dedup.Prefix(prefix), id[:]...)
 		txn.Set(key, binary.BigEndian.AppendUint64(make([]byte, 32), uint64(at.UnixMilli())))
 	}
 	if err := txn.Commit(); err != nil {
@@ -266,7 +266,7 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 		if name == "new" {
 			fp = [32]byte{}
 		}
-		if v, _ := d.Check(st.NewTxn(), nil, prefix, dedup.MakeID("", name), fp, now); v != dedup.Duplicate {
+		if v, _ := d.Check(st.NewTxn(), nil, nil, prefix, dedup.MakeID("", name), fp, now); v != dedup.Duplicate {
 			t.Fatalf("live entry %s was swept (%s)", name, v)
 		}
 	}

@@ -1,9 +1,6 @@
 package dedup
 
-import (
-	"encoding/binary"
-	"time"
-)
+import "encoding/binary"
 
 // Recent is a bounded front cache of committed marks: recently marked ids,
 // with a fingerprint prefix and the mark time. A duplicate that arrives while
@@ -23,7 +20,6 @@ import (
 type Recent struct {
 	slots []recentEntry // buckets of recentWays entries, newest first
 	mask  uint64        // bucket count - 1
-	n     int           // entries in use
 }
 
 // recentEntry is 32 bytes: a bucket of two is one cache line. The zero id
@@ -56,14 +52,6 @@ func (r *Recent) bucket(id ID) *[recentWays]recentEntry {
 	return (*[recentWays]recentEntry)(r.slots[i : i+recentWays])
 }
 
-// Add records a committed mark; the bucket's oldest entry makes room.
-func (r *Recent) Add(id ID, fp [32]byte, at time.Time) {
-	if r == nil {
-		return
-	}
-	r.add(id, fp[:], at.UnixMilli())
-}
-
 // AddStaged records the marks of a committed transaction's staged segments.
 func (r *Recent) AddStaged(m *Marks) {
 	if r == nil {
@@ -72,6 +60,7 @@ func (r *Recent) AddStaged(m *Marks) {
 	m.eachStaged(r.add)
 }
 
+// add records a committed mark; the bucket's oldest entry makes room.
 func (r *Recent) add(id ID, fp []byte, at int64) {
 	b := r.bucket(id)
 	e := recentEntry{id: id, fp: binary.BigEndian.Uint64(fp[:8]), at: at}
@@ -79,41 +68,20 @@ func (r *Recent) add(id ID, fp []byte, at int64) {
 		b[0] = e
 		return
 	}
-	if b[1].id == (ID{}) {
-		r.n++
-	}
 	b[1], b[0] = b[0], e // an older entry for id in b[1] is overwritten too
 }
 
-// Check answers from the cache: known is false when id is not here (or its
-// mark has expired), and the store must be asked. A known id is a Duplicate
-// when the fingerprint prefixes match, a Conflict otherwise (a different
-// event under the same id agreeing on 64 bits by chance is ignored).
-func (r *Recent) Check(id ID, fp [32]byte, now time.Time, retention time.Duration) (v Verdict, known bool) {
+// find returns id's mark time and whether its fingerprint prefix matches
+// fp's; ok is false when id is not here (Store.Check judges expiry).
+func (r *Recent) find(id ID, fp [32]byte) (at int64, same, ok bool) {
 	if r == nil {
-		return New, false
+		return 0, false, false
 	}
 	b := r.bucket(id)
 	for i := range b {
-		e := &b[i]
-		if e.id != id {
-			continue
+		if e := &b[i]; e.id == id {
+			return e.at, e.fp == binary.BigEndian.Uint64(fp[:8]), true
 		}
-		if now.UnixMilli()-e.at > retention.Milliseconds() { // as Store.live
-			return New, false
-		}
-		if e.fp == binary.BigEndian.Uint64(fp[:8]) {
-			return Duplicate, true
-		}
-		return Conflict, true
 	}
-	return New, false
-}
-
-// Len is the number of ids held.
-func (r *Recent) Len() int {
-	if r == nil {
-		return 0
-	}
-	return r.n
+	return 0, false, false
 }

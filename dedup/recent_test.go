@@ -6,6 +6,20 @@ import (
 	"time"
 )
 
+// hour judges the recent cache's answers with a one-hour retention.
+var hour = NewStore(time.Hour)
+
+// held is the number of ids r holds.
+func held(r *Recent) int {
+	n := 0
+	for _, e := range r.slots {
+		if e.id != (ID{}) {
+			n++
+		}
+	}
+	return n
+}
+
 func TestRecent(t *testing.T) {
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
 	id := func(i byte) ID { return ID{i, 1, 2, 3} }
@@ -14,35 +28,35 @@ func TestRecent(t *testing.T) {
 	for i := range byte(3) { // 3 into 2: the first is evicted
 		r.Add(id(i), fp(i), now)
 	}
-	if r.Len() != 2 {
-		t.Fatalf("len %d, want 2", r.Len())
+	if n := held(r); n != 2 {
+		t.Fatalf("len %d, want 2", n)
 	}
-	if _, known := r.Check(id(0), fp(0), now, time.Hour); known {
+	if _, known := hour.recentVerdict(r, id(0), fp(0), now); known {
 		t.Error("the oldest id survived eviction")
 	}
-	if v, known := r.Check(id(1), fp(1), now, time.Hour); !known || v != Duplicate {
+	if v, known := hour.recentVerdict(r, id(1), fp(1), now); !known || v != Duplicate {
 		t.Errorf("the older of the two newest: %v %v, want Duplicate", v, known)
 	}
 	r.Add(id(3), fp(3), now)
-	if v, known := r.Check(id(3), fp(3), now, time.Hour); !known || v != Duplicate {
+	if v, known := hour.recentVerdict(r, id(3), fp(3), now); !known || v != Duplicate {
 		t.Errorf("same fingerprint: %v %v, want Duplicate", v, known)
 	}
-	if v, known := r.Check(id(3), fp(7), now, time.Hour); !known || v != Conflict {
+	if v, known := hour.recentVerdict(r, id(3), fp(7), now); !known || v != Conflict {
 		t.Errorf("other fingerprint: %v %v, want Conflict", v, known)
 	}
-	if _, known := r.Check(id(9), fp(9), now, time.Hour); known {
+	if _, known := hour.recentVerdict(r, id(9), fp(9), now); known {
 		t.Error("an id never added is known")
 	}
-	// Expired marks are left to the store (which says New, as Store.live).
-	if _, known := r.Check(id(3), fp(3), now.Add(time.Hour+time.Millisecond), time.Hour); known {
+	// Expired marks are left to the store (which says New).
+	if _, known := hour.recentVerdict(r, id(3), fp(3), now.Add(time.Hour+time.Millisecond)); known {
 		t.Error("an expired mark answered")
 	}
-	if _, known := r.Check(id(3), fp(3), now.Add(time.Hour), time.Hour); !known {
+	if _, known := hour.recentVerdict(r, id(3), fp(3), now.Add(time.Hour)); !known {
 		t.Error("a mark exactly at the retention boundary is live in the store but unknown here")
 	}
 	var none *Recent
 	none.Add(id(1), fp(1), now)
-	if _, known := none.Check(id(1), fp(1), now, time.Hour); known || NewRecent(0) != nil {
+	if _, known := hour.recentVerdict(none, id(1), fp(1), now); known || NewRecent(0) != nil {
 		t.Error("a disabled cache answered")
 	}
 }
@@ -61,7 +75,7 @@ func TestRecentHoldsMostRecent(t *testing.T) {
 	found := func(from, to int) float64 {
 		k := 0
 		for i := from; i < to; i++ {
-			if v, known := r.Check(id(i), [32]byte{byte(i)}, now, time.Hour); known && v == Duplicate {
+			if v, known := hour.recentVerdict(r, id(i), [32]byte{byte(i)}, now); known && v == Duplicate {
 				k++
 			}
 		}
@@ -92,18 +106,18 @@ func TestRecentAddStaged(t *testing.T) {
 	r := NewRecent(16)
 	r.AddStaged(&m)
 	for i := range 5 {
-		if v, known := r.Check(id(i), fp(i), now.Add(time.Minute), time.Hour); !known || v != Duplicate {
+		if v, known := hour.recentVerdict(r, id(i), fp(i), now.Add(time.Minute)); !known || v != Duplicate {
 			t.Fatalf("e%d: %v %v, want a known duplicate", i, v, known)
 		}
 	}
 	// e0–e2 were marked a minute before e3–e4: only they expire first.
-	if _, known := r.Check(id(0), fp(0), now.Add(time.Hour+time.Millisecond), time.Hour); known {
+	if _, known := hour.recentVerdict(r, id(0), fp(0), now.Add(time.Hour+time.Millisecond)); known {
 		t.Error("e0 is known past its retention")
 	}
-	if _, known := r.Check(id(3), fp(3), now.Add(time.Hour+time.Millisecond), time.Hour); !known {
+	if _, known := hour.recentVerdict(r, id(3), fp(3), now.Add(time.Hour+time.Millisecond)); !known {
 		t.Error("e3, marked a minute later, expired with e0")
 	}
-	if _, known := r.Check(id(5), fp(5), now, time.Hour); known {
+	if _, known := hour.recentVerdict(r, id(5), fp(5), now); known {
 		t.Error("an unstaged mark entered the cache")
 	}
 }

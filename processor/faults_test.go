@@ -421,12 +421,8 @@ func TestFaultGapFilledLate(t *testing.T) {
 // holding (and drains when 3 finally arrives), skip applies 4 and 5,
 // deadletter sends them to the dead-letter topic with gap-timeout.
 func TestFaultGapNeverFilled(t *testing.T) {
-	ev := func(v int, typ, payload string) workload.Record {
-		return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
-			`{"eventId":"gap-%d","eventType":%q,"aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":%s}`, v, typ, v, payload))}
-	}
-	v1, v2 := ev(1, "CaseOpened", `{"status":"OPEN"}`), ev(2, "CaseUpdated", `{"a":2}`)
-	v3, v4, v5 := ev(3, "CaseUpdated", `{"x":3}`), ev(4, "CaseUpdated", `{"b":4}`), ev(5, "CaseEscalated", `{"status":"ESCALATED"}`)
+	v1, v2 := gapEvent(1, "CaseOpened", `{"status":"OPEN"}`), gapEvent(2, "CaseUpdated", `{"a":2}`)
+	v3, v4, v5 := gapEvent(3, "CaseUpdated", `{"x":3}`), gapEvent(4, "CaseUpdated", `{"b":4}`), gapEvent(5, "CaseEscalated", `{"status":"ESCALATED"}`)
 	for _, tc := range []struct {
 		name    string
 		policy  projection.Policy
@@ -446,15 +442,14 @@ func TestFaultGapNeverFilled(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			var skew atomic.Int64
-			now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+			var clock skewedClock
 			e.produce([]workload.Record{v1, v2, v4, v5})
-			in := e.start(instOpts{maxRecs: 300, policy: tc.policy, hold: time.Minute, now: now})
+			in := e.start(instOpts{maxRecs: 300, policy: tc.policy, hold: time.Minute, now: clock.now})
 			e.waitCaughtUp(time.Minute)
 			if got := in.p.Stats().Outcome("held"); got != 2 {
 				t.Fatalf("held: %d, want 2", got)
 			}
-			skew.Store(int64(2 * time.Minute)) // the hold timeout passes
+			clock.set(2 * time.Minute) // the hold timeout passes
 			deadline := time.Now().Add(time.Minute)
 			want := tc.final
 			for {

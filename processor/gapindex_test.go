@@ -16,14 +16,14 @@ import (
 // 004): the index lags the state by one transaction, so it must record every
 // step that can change a gap, and expiry must decide on the state itself.
 
-// gapEvent is version v of aggregate GAP-1 with the given payload ("" for
-// {"v<v>":1}).
-func gapEvent(v int, payload string) workload.Record {
+// gapEvent is version v of aggregate GAP-1, of type typ, with the given
+// payload ("" for {"v<v>":1}).
+func gapEvent(v int, typ, payload string) workload.Record {
 	if payload == "" {
 		payload = fmt.Sprintf(`{"v%d":1}`, v)
 	}
 	return workload.Record{Key: []byte("GAP-1"), Value: []byte(fmt.Sprintf(
-		`{"eventId":"gap-%d","eventType":"CaseUpdated","aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":%s}`, v, v, payload))}
+		`{"eventId":"gap-%d","eventType":%q,"aggregateId":"GAP-1","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":%s}`, v, typ, v, payload))}
 }
 
 // skewedClock is a clock the test moves forward.
@@ -33,7 +33,7 @@ func (c *skewedClock) now() time.Time      { return time.Now().Add(time.Duration
 func (c *skewedClock) set(d time.Duration) { c.skew.Store(int64(d)) }
 func gapVersions(vs ...int) (rs []workload.Record) {
 	for _, v := range vs {
-		rs = append(rs, gapEvent(v, ""))
+		rs = append(rs, gapEvent(v, "CaseUpdated", ""))
 	}
 	return rs
 }
@@ -53,10 +53,10 @@ func TestGapIndexFailedDrainCloses(t *testing.T) {
 	e := newEnv(t, 1)
 	var clock skewedClock
 	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: clock.now})
-	e.produce([]workload.Record{gapEvent(1, `{"a":1}`), gapEvent(3, `[1]`)})
+	e.produce([]workload.Record{gapEvent(1, "CaseUpdated", `{"a":1}`), gapEvent(3, "CaseUpdated", `[1]`)})
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(500 * time.Millisecond)
-	e.produce([]workload.Record{gapEvent(2, `{"b":2}`)})
+	e.produce([]workload.Record{gapEvent(2, "CaseUpdated", `{"b":2}`)})
 	e.waitCaughtUp(time.Minute)
 	time.Sleep(time.Second)
 	t.Logf("gaps after v2: %+v; dead letters: %d", in.p.Stats().Gaps(), len(e.read(dlqTopic)))

@@ -18,7 +18,8 @@ import (
 // check and mark, the guard with its merge rule, the projection record and
 // its produce, the tally – and, per 5000-event transaction, the changelog
 // records and the synced Pebble commit, amortised. Events are new and in
-// order, over 10k aggregates whose state is warm.
+// order, on the same 5000 (of 10k) aggregates in every batch, whose state is
+// warm.
 func BenchmarkProcessEvent(b *testing.B) {
 	const (
 		aggregates = 10_000
@@ -55,7 +56,8 @@ func BenchmarkProcessEvent(b *testing.B) {
 		recs = recs[:0]
 		for range txnSize {
 			// Distinct aggregates within a batch (txnSize ≤ aggregates,
-			// and 7 is coprime with aggregates), spread over the keyspace.
+			// and 7 is coprime with aggregates), spread over the
+			// keyspace: the same ones in every batch.
 			a := len(recs) * 7 % aggregates
 			version[a]++
 			v := version[a]

@@ -124,26 +124,19 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 			continue
 		}
 		// The gap index may lag the state by the transaction whose
-		// commit hooks have not run yet (decision 004): decide on the
-		// aggregate as this transaction sees it, and correct the index.
-		snap, ok, err := g.Inspect(b.Txn, e.task.Prefix, e.key.aggregate)
-		if err != nil {
-			return err
-		}
-		if !ok || snap.HeldCount == 0 || b.Now.Sub(snap.HeldSince) < p.cfg.HoldTimeout {
-			now := projection.Step{}
-			if ok {
-				now.HeldCount, now.HeldSince = snap.HeldCount, snap.HeldSince
-			}
-			p.trackGap(b, e.task, e.key, now)
-			continue
-		}
-		step, err := g.Expire(b.Txn, e.task.Prefix, e.key.aggregate, p.cfg.GapPolicy, b.Now)
+		// commit hooks have not run yet (decision 004): Expire decides on
+		// the aggregate as this transaction sees it (a gap closed or
+		// moved meanwhile is not due), and emitStep records what it
+		// reports (the lagging hooks close a gap closed meanwhile).
+		step, err := g.Expire(b.Txn, e.task.Prefix, e.key.aggregate, p.cfg.GapPolicy, b.Now, p.cfg.HoldTimeout)
 		if err != nil {
 			return err
 		}
 		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, e.task, g, e.key.aggregate, step) // held before: it updates the gap index
+		p.emitStep(b, e.task, g, e.key.aggregate, step)
+		if step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
+			continue // not due
+		}
 		p.cfg.Logger.Info("gap timed out", "projection", g.P.Name, "aggregate", e.key.aggregate,
 			"policy", p.cfg.GapPolicy, "applied", len(step.Changes), "deadLettered", len(step.Dropped))
 	}

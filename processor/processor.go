@@ -184,7 +184,9 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 				return
 			}
 		}
-		_, err = p.cfg.Dedup.Sweep(ts.sweep, b.For(t).Txn, t.Prefix, b.Now, sweepChunk)
+		if ts.sweep.Due(b.Now) { // most transactions: no task batch just for this
+			_, err = p.cfg.Dedup.Sweep(ts.sweep, b.For(t).Txn, t.Prefix, b.Now, sweepChunk)
+		}
 	})
 	return err
 }

@@ -14,23 +14,40 @@ import (
 // projection accepts; counted under projection "").
 var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "failed", "filtered"}
 
-// tally counts one transaction's outcomes; it is published only on commit, so
+// tally is what one batch of a transaction changes outside Pebble: its
+// outcome counts and, for a task's batch, the task's gap-index changes and
+// dedup marks. Nothing of it takes effect before the transaction commits, so
 // records processed again after an abort are not counted twice.
 type tally struct {
 	events  map[[2]string]int64 // (projection, outcome)
 	dlq     map[string]int64
 	effects map[[2]string]int64 // (effect, status)
-	// gaps are the task's gap-index changes (zero time: closed), applied
-	// on commit; nil until one happens.
+	// ts is the batch's task (nil on the transaction's top batch).
+	ts *taskState
+	// gaps are the task's gap-index changes (zero time: closed); nil until
+	// one happens.
 	gaps map[gapKey]time.Time
 	// seg collects the task's dedup marks into changelog segments; once
-	// committed they enter recent, the task's front cache of recent ids.
-	seg    dedup.Marks
-	recent *dedup.Recent
+	// committed they enter the task's front cache of recent ids.
+	seg dedup.Marks
 }
 
-// commitMarks adds the committed marks to the front cache.
-func (t *tally) commitMarks() { t.recent.AddStaged(&t.seg) }
+// committed applies the task's changes once the transaction committed (in
+// transaction order, so a gap a previous transaction opened and this one
+// closes ends closed).
+func (t *tally) committed() {
+	if t.ts == nil {
+		return
+	}
+	for k, since := range t.gaps {
+		if since.IsZero() {
+			delete(t.ts.gaps, k)
+		} else {
+			t.ts.gaps[k] = since
+		}
+	}
+	t.ts.recent.AddStaged(&t.seg)
+}
 
 func newTally() *tally {
 	return &tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}

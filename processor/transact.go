@@ -54,15 +54,9 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	fp := ev.Fingerprint()
 	id := dedup.MakeID(ev.TenantID, ev.EventID)
 	ts := t.Data.(*taskState)
-	verdict, known := dedup.New, false
-	if ts.filter.MayContain(id) {
-		verdict, known = ts.recent.Check(id, fp, b.Now, p.cfg.Dedup.Retention())
-	}
-	if !known {
-		var err error
-		if verdict, err = p.cfg.Dedup.Check(b.Txn, ts.filter, t.Prefix, id, fp, b.Now); err != nil {
-			return err
-		}
+	verdict, err := p.cfg.Dedup.Check(b.Txn, ts.filter, ts.recent, t.Prefix, id, fp, b.Now)
+	if err != nil {
+		return err
 	}
 	switch verdict {
 	case dedup.Duplicate:
@@ -136,28 +130,16 @@ func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, agg
 	// before or after the step; most steps (in order, nothing held) skip
 	// the index.
 	if g.P.Versioned && (step.HeldBefore > 0 || step.HeldCount > 0) {
-		p.trackGap(b, t, gapKey{g.P.Name, aggregate}, step)
+		p.trackGap(b, gapKey{g.P.Name, aggregate}, step)
 	}
 }
 
-// trackGap records the aggregate's gap state for the task's gap index,
-// applied once the transaction commits (in transaction order, so a gap a
-// previous transaction opened and this one closes ends closed).
-func (p *Processor) trackGap(b *eos.Batch, t *eos.Task, k gapKey, step projection.Step) {
+// trackGap records the aggregate's gap state for the task's gap index (b is
+// the task's batch), applied once the transaction commits (tally.committed).
+func (p *Processor) trackGap(b *eos.Batch, k gapKey, step projection.Step) {
 	tl := p.tallyOf(b)
 	if tl.gaps == nil {
-		ts := t.Data.(*taskState)
-		gaps := map[gapKey]time.Time{}
-		tl.gaps = gaps
-		b.OnCommit(func() {
-			for k, since := range gaps {
-				if since.IsZero() {
-					delete(ts.gaps, k)
-				} else {
-					ts.gaps[k] = since
-				}
-			}
-		})
+		tl.gaps = map[gapKey]time.Time{}
 	}
 	if step.HeldCount > 0 {
 		tl.gaps[k] = step.HeldSince
@@ -171,7 +153,7 @@ func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, v
 	p.tallyOf(b).deadLetter(reason)
 }
 
-// tallyOf is the batch's tally of outcomes, published when the transaction
+// tallyOf is the batch's tally, applied and published when the transaction
 // commits. Each task has its own batch, so tasks processed concurrently
 // never share one.
 func (p *Processor) tallyOf(b *eos.Batch) *tally {
@@ -180,12 +162,10 @@ func (p *Processor) tallyOf(b *eos.Batch) *tally {
 	}
 	tl := newTally()
 	if t := b.Task(); t != nil {
-		if ts, ok := t.Data.(*taskState); ok {
-			tl.recent = ts.recent // the marks' destination once committed
-		}
+		tl.ts, _ = t.Data.(*taskState)
 	}
 	b.Data = tl
-	b.OnCommit(tl.commitMarks)
+	b.OnCommit(tl.committed)
 	b.OnCommitted(func() { p.stats.addTally(tl) })
 	return tl
 }
@@ -217,7 +197,7 @@ func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		if c.Projection != "" && g.P.Name != c.Projection {
 			continue
 		}
-		step, err := g.Expire(b.Txn, t.Prefix, c.Aggregate, projection.Skip, b.Now)
+		step, err := g.Expire(b.Txn, t.Prefix, c.Aggregate, projection.Skip, b.Now, 0)
 		if err != nil {
 			return err
 		}

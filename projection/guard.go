@@ -531,8 +531,10 @@ func ParsePolicy(s string) (Policy, error) {
 }
 
 // Expire resolves an aggregate's gap by policy (Skip or DeadLetter; Wait does
-// nothing). Operators use Skip through `gaps skip`.
-func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time) (Step, error) {
+// nothing) once it has been open for hold, as the aggregate's state says; a
+// younger gap is left alone, and the step reports it as it is (HeldBefore =
+// HeldCount, HeldSince). Operators use Skip with hold 0 through `gaps skip`.
+func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time, hold time.Duration) (Step, error) {
 	var step Step
 	if p == Wait {
 		return step, nil
@@ -543,6 +545,10 @@ func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now
 		return step, err
 	}
 	step.HeldBefore = st.heldCount
+	if since := time.UnixMilli(st.heldSince); now.Sub(since) < hold {
+		step.HeldCount, step.HeldSince = st.heldCount, since
+		return step, nil
+	}
 	hp := HeldPrefix(taskPrefix, g.P.Name, aggregate)
 	type held struct {
 		key, val []byte

@@ -147,7 +147,7 @@ func TestGuardMatchesReference(t *testing.T) {
 			agg := []string{"A", "B"}[r.IntN(2)]
 			if r.IntN(12) == 0 {
 				pol := []Policy{Wait, Skip, DeadLetter}[r.IntN(3)]
-				s1, err1 := g.Expire(kv, prefix, agg, pol, now)
+				s1, err1 := g.Expire(kv, prefix, agg, pol, now, 0) // the reference has no hold
 				s2, err2 := ref.Expire(refKV, prefix, agg, pol, now)
 				if fmt.Sprint(err1) != fmt.Sprint(err2) || stepString(s1, nil) != stepString(s2, nil) {
 					t.Fatalf("round %d expire %d: step\n%s (%v)\nreference\n%s (%v)", round, i, stepString(s1, nil), err1, stepString(s2, nil), err2)

@@ -192,7 +192,7 @@ func TestGuardExpireSkipWaitsAgainForTheNextGap(t *testing.T) {
 		}
 	}
 	later := t0.Add(5 * time.Minute)
-	step, err := g.Expire(kv, prefix, "A", projection.Skip, later)
+	step, err := g.Expire(kv, prefix, "A", projection.Skip, later, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +201,15 @@ func TestGuardExpireSkipWaitsAgainForTheNextGap(t *testing.T) {
 	}
 	if step.HeldCount != 1 || !step.HeldSince.Equal(later.Truncate(time.Millisecond)) {
 		t.Fatalf("after skip: held %d since %v, want 1 since %v", step.HeldCount, step.HeldSince, later)
+	}
+	// The remaining gap is younger than the hold: left alone, and reported.
+	step, err = g.Expire(kv, prefix, "A", projection.Skip, later.Add(4*time.Minute), 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(step.Changes)+len(step.Dropped)+len(step.Failures) != 0 || step.HeldBefore != 1 || step.HeldCount != 1 ||
+		!step.HeldSince.Equal(later.Truncate(time.Millisecond)) {
+		t.Fatalf("a gap younger than the hold: %+v, want it reported as it is (1 held since %v)", step, later)
 	}
 }
 
@@ -213,7 +222,7 @@ func TestGuardExpireDeadLetter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	step, err := g.Expire(kv, prefix, "A", projection.DeadLetter, t0.Add(time.Hour))
+	step, err := g.Expire(kv, prefix, "A", projection.DeadLetter, t0.Add(time.Hour), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ var (
 // staged Kafka transaction); MemKV is an in-memory one. Set may keep val.
 type KV interface {
 	Get(key []byte) ([]byte, bool, error)
-	// Set keeps val (as state.Txn does): the caller must not modify it
-	// after.
+	// Set may keep val (as state.Txn does): the caller must not modify
+	// it after.
 	Set(key, val []byte)
 	// Scan calls fn in key order for every key with the prefix; the slices
 	// are valid only during the call.

@@ -146,7 +146,7 @@ func TestReadLastCommittedValue(t *testing.T) {
 	txn(true, kv.recs[4:])
 	// An aborted transaction that would have applied B's gap away.
 	kv.recs = nil
-	if _, err := g.Expire(kv, nil, "B", projection.Skip, at); err != nil {
+	if _, err := g.Expire(kv, nil, "B", projection.Skip, at, 0); err != nil {
 		t.Fatal(err)
 	}
 	txn(false, kv.recs)
