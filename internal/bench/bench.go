@@ -254,25 +254,16 @@ type Result struct {
 }
 
 // MedianRatio is the median over runs of pipeline/floor.
-func (r *Result) MedianRatio() float64 {
-	rs := make([]float64, 0, len(r.Runs))
-	for _, run := range r.Runs {
-		rs = append(rs, run.Ratio())
-	}
-	return median(rs)
-}
+func (r *Result) MedianRatio() float64 { return r.medianOf(Run.Ratio) }
 
 // MedianFloorNRatio is the median over runs of FloorNRatio (0 without a
 // many-record floor).
-func (r *Result) MedianFloorNRatio() float64 {
+func (r *Result) MedianFloorNRatio() float64 { return r.medianOf(Run.FloorNRatio) }
+
+func (r *Result) medianOf(f func(Run) float64) float64 {
 	rs := make([]float64, 0, len(r.Runs))
 	for _, run := range r.Runs {
-		if run.FloorN != nil {
-			rs = append(rs, run.FloorNRatio())
-		}
-	}
-	if len(rs) == 0 {
-		return 0
+		rs = append(rs, f(run))
 	}
 	return median(rs)
 }
@@ -500,7 +491,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 		aborted   int64
 	)
 	done := make(chan error, 1)
-	usage := startUsage()
+	cpu0 := processCPU()
 	start := time.Now()
 	go func() {
 		done <- func() error {
@@ -572,7 +563,7 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 	}()
 	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
 	ph.Elapsed = time.Since(start)
-	ph.CPU = usage.cpu()
+	ph.CPU = processCPU() - cpu0
 	stop()
 	var loopErr error
 	if waitErr == nil || !errors.Is(waitErr, errStopped) {
@@ -606,13 +597,6 @@ func (w *writeCounter) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
 		w.n.Add(1)
 	}
 }
-
-// usage reads the process's CPU time since it started.
-type usage struct{ start time.Duration }
-
-func startUsage() usage { return usage{processCPU()} }
-
-func (u usage) cpu() time.Duration { return processCPU() - u.start }
 
 // processCPU is the process's user + system time so far (0 if unknown).
 func processCPU() time.Duration {
@@ -662,12 +646,12 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	usage := startUsage()
+	cpu0 := processCPU()
 	start := time.Now()
 	go func() { done <- p.Run(runCtx) }()
 	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
 	ph.Elapsed = time.Since(start)
-	ph.CPU = usage.cpu()
+	ph.CPU = processCPU() - cpu0
 	stop()
 	if waitErr != nil {
 		if errors.Is(waitErr, errStopped) {
