@@ -46,6 +46,11 @@ type Config struct {
 	// Partitions is the partition count for input topics that do not exist
 	// yet (default 4). Changelogs always follow their input.
 	Partitions int32
+	// WaitForInputs: a missing input topic is waited for (logged, and the
+	// reason /readyz gives), never created. Set on a real cluster, where an
+	// input's partition count is the operator's decision; off (the
+	// embedded broker, tests) missing inputs are created with Partitions.
+	WaitForInputs bool
 
 	Projections []*projection.Projection
 	// EffectRules turn applied events into side-effect intents (the

@@ -63,7 +63,8 @@ func New(cfg Config) (*Processor, error) {
 		outputs = append(outputs, eos.TopicSpec{Name: cfg.EffectsTopic})
 	}
 	p.loop = eos.New(eos.Config{
-		Group: cfg.Group, TransactionalID: p.TransactionalID(), Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
+		Group: cfg.Group, TransactionalID: p.TransactionalID(), InstanceID: cfg.InstanceID,
+		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts, CreateInputs: !cfg.WaitForInputs,
 		Inputs: cfg.Inputs, ChangelogOf: func(in string) string { return ChangelogTopic(cfg.Group, in) },
 		StartOffset:     cfg.StartOffset,
 		DeadLetterTopic: cfg.DeadLetterTopic, OutputTopics: outputs, Partitions: cfg.Partitions,

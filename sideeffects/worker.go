@@ -131,6 +131,9 @@ type request struct {
 	task  *eos.Task
 	fn    func(*Ledger) error
 	reply chan error
+	// blocked: it writes to a partition the client holds no offset for
+	// yet; Due ignores it until a transaction owns the partition.
+	blocked bool
 }
 
 type workerTask struct {
@@ -167,8 +170,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
 	w.loop = eos.New(eos.Config{
-		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID,
+		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID, InstanceID: cfg.InstanceID,
 		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
+		// The effects topic is projector's own: whoever starts first
+		// creates it.
+		CreateInputs:    true,
 		Inputs:          []string{cfg.EffectsTopic},
 		ChangelogOf:     func(in string) string { return ChangelogTopic(cfg.Name, in) },
 		DeadLetterTopic: cfg.DeadLetterTopic, Partitions: cfg.Partitions,
@@ -237,6 +243,13 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	if t.Data != nil {
 		return nil // restored again after an abort: the runner keeps going
 	}
+	if !t.Verified() {
+		// The first restore on assignment: a previous owner's transaction
+		// may still be open (it may have started a key and called its
+		// receiver). The Runner starts at verification, when that has
+		// resolved and the ledger shows it.
+		return nil
+	}
 	ctx, cancel := context.WithCancel(w.runCtx)
 	wt := &workerTask{cancel: cancel, done: make(chan struct{}), ledger: t.Prefix}
 	r, err := NewRunner(RunnerConfig{
@@ -294,28 +307,61 @@ func (h *workerHandler) Revoked(t *eos.Task) {
 	}
 }
 
+// Due reports queued updates that Begin can act on: those of verified tasks,
+// except the ones already found to need a partition the group holds no
+// offset for (they wait for the task's first records).
 func (h *workerHandler) Due(time.Time) bool {
 	w := (*Worker)(h)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.requests) > 0
+	for _, r := range w.requests {
+		if r.task.Verified() && !r.blocked {
+			return true
+		}
+	}
+	return false
 }
 
 // Begin applies the Runners' queued ledger updates, each in its own overlay
 // so that a failing one leaves nothing behind; their callers are answered
-// once the transaction commits.
+// once the transaction commits. Only updates of tasks the transaction owns
+// (owned and verified at its start) are applied: an update of a revoked or
+// lost partition is refused, one of a partition being restored again waits.
 func (h *workerHandler) Begin(b *eos.Batch) error {
 	w := (*Worker)(h)
 	w.mu.Lock()
 	reqs := w.requests
 	w.requests = nil
 	w.mu.Unlock()
-	var ok []*request
+	var ok, wait []*request
 	for _, r := range reqs {
-		if wt, _ := r.task.Data.(*workerTask); wt != nil && wt.revoked.Load() {
+		wt, _ := r.task.Data.(*workerTask)
+		switch {
+		case wt != nil && wt.revoked.Load():
 			r.reply <- ErrRevoked
 			continue
+		case !b.Owns(r.task) && !r.task.Verified():
+			wait = append(wait, r) // being restored again
+			continue
+		case !b.Owns(r.task):
+			// Verified, but the client holds no offset for the
+			// partition: never committed (a new partition), or lost
+			// and about to be revoked (Loop.dropLost). A write here
+			// could not be fenced. An update that writes nothing
+			// (Recover of a ledger with no call in flight) is done;
+			// one that writes waits for an owned transaction.
+			ov := newOverlay(readOnly{w.cfg.Store})
+			if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
+				r.reply <- err
+			} else if len(ov.writes) == 0 {
+				r.reply <- nil
+			} else {
+				r.blocked = true
+				wait = append(wait, r)
+			}
+			continue
 		}
+		r.blocked = false
 		ov := newOverlay(b.For(r.task).Txn)
 		if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
 			r.reply <- err
@@ -323,6 +369,11 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 		}
 		ov.merge()
 		ok = append(ok, r)
+	}
+	if len(wait) > 0 {
+		w.mu.Lock()
+		w.requests = append(wait, w.requests...)
+		w.mu.Unlock()
 	}
 	if len(ok) > 0 {
 		b.OnCommit(func() {

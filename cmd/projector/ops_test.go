@@ -25,7 +25,10 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"gopkg.in/yaml.v3"
 
 	"github.com/projector-dev/projector/internal/app"
@@ -459,6 +462,9 @@ func TestRunTLSSASLBinary(t *testing.T) {
 
 	t.Run("right secret", func(t *testing.T) {
 		t.Setenv("KAFKA_PASSWORD", "s3cret")
+		// A real cluster: the operator creates the input topic (the worker
+		// creates inputs only on the embedded broker).
+		createSecureTopic(t, b.Addr(), caFile, "events")
 		cmd, stderr := startWorker(t, "run", "--config", cfgPath)
 		time.Sleep(2 * time.Second) // a bad handshake fails well within this
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -505,4 +511,27 @@ func TestRunTLSSASLBinary(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// createSecureTopic creates topic over TLS and SASL/SCRAM-SHA-512 as the
+// operator of a real cluster would.
+func createSecureTopic(t *testing.T, addr, caFile, topic string) {
+	t.Helper()
+	pemBytes, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}),
+		kgo.SASL(scram.Auth{User: "projector", Pass: "s3cret"}.AsSha512Mechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, nil, topic); err != nil {
+		t.Fatalf("create %s over TLS+SASL: %v", topic, err)
+	}
 }

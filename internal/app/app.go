@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,10 +231,21 @@ func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt) error {
 	return err
 }
 
-// Ready reports whether every loop this process runs has restored all its
-// partitions and is processing (/readyz).
-func (a *App) Ready() bool {
-	return (a.Processor == nil || a.Processor.Stats().Ready()) && (a.Executor == nil || a.Executor.Stats().Ready())
+// Ready reports whether every loop this process runs has joined its group and
+// restored all its partitions (/readyz), and if not, why.
+func (a *App) Ready() (bool, string) {
+	var why []string
+	if a.Processor != nil {
+		if ok, reason := a.Processor.Stats().Readiness(); !ok {
+			why = append(why, "processor: "+reason)
+		}
+	}
+	if a.Executor != nil {
+		if ok, reason := a.Executor.Stats().Readiness(); !ok {
+			why = append(why, "executor: "+reason)
+		}
+	}
+	return len(why) == 0, strings.Join(why, "; ")
 }
 
 func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Projection, copts []kgo.Opt) error {
@@ -248,7 +260,7 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 	pc := processor.Config{
 		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
 		Inputs: cfg.Kafka.Input, DeadLetterTopic: cfg.Kafka.DeadLetterTopic, EffectsTopic: cfg.Kafka.EffectsTopic,
-		Partitions:  int32(cfg.Kafka.EmbeddedBroker.Partitions),
+		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
 		Projections: projs, Store: a.Store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
 		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,

@@ -144,8 +144,8 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	if got := gauge(t, a, "projector_transactions_total", "result=committed"); got < 1 {
 		t.Errorf("transactions_total{committed} = %v", got)
 	}
-	if !a.Ready() {
-		t.Error("not ready after catching up")
+	if ok, why := a.Ready(); !ok {
+		t.Errorf("not ready after catching up: %s", why)
 	}
 	stop()
 
@@ -169,7 +169,7 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 		// Ready first: a sample that says ready must have read the
 		// restored count after readiness (a restore finishing between
 		// the two reads would otherwise look like ready too early).
-		ready := a2.Ready()
+		ready, _ := a2.Ready()
 		smp := sample{ready: ready, restored: st.Restored(), assigned: len(st.Assigned()) > 0}
 		samples = append(samples, smp)
 		if smp.ready {

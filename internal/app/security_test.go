@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -174,6 +175,11 @@ func TestTLSSASLSCRAM(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cl.Close()
+		// A real cluster: the operator creates the input topic (the worker
+		// creates inputs only on the embedded broker).
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, -1, nil, "events"); err != nil {
+			t.Fatalf("create the input over TLS+SASL: %v", err)
+		}
 		const n = 5
 		for i := 1; i <= n; i++ {
 			v := fmt.Sprintf(`{"eventId":"e%d","eventType":"CaseOpened","aggregateId":"CASE-%d","aggregateVersion":1,"payload":{"n":%d}}`, i, i, i)

@@ -10,8 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/state"
 )
@@ -66,21 +68,41 @@ type Task struct {
 
 	verified bool
 	since    time.Time
+	// inOffsets: the client has listed the task's partition among its
+	// committed or uncommitted offsets since the assignment. When it stops
+	// doing so the partition was revoked or lost (see Loop.dropLost).
+	inOffsets bool
 }
+
+// Verified reports whether the task's state has been restored after the
+// group fetched its committed offsets: any transaction of a previous owner
+// has resolved and is in the store. Only verified tasks may be changed
+// (Batch.For) or acted on outside the store (the executor's calls).
+func (t *Task) Verified() bool { return t.verified }
 
 // Config configures a Loop.
 type Config struct {
 	Group           string // consumer group
 	TransactionalID string
-	Brokers         []string
-	ClientOpts      []kgo.Opt
-	Inputs          []string
+	// InstanceID, when set, makes this instance a static member of the
+	// group (KIP-345, group.instance.id): a restarted incarnation takes its
+	// predecessor's place and assignment at once instead of waiting for the
+	// dead member's session to expire (docs/decisions/006).
+	InstanceID string
+	Brokers    []string
+	ClientOpts []kgo.Opt
+	Inputs     []string
 	// ChangelogOf names the changelog topic of an input topic.
 	ChangelogOf     func(input string) string
 	DeadLetterTopic string
-	// Topics the loop creates when missing (inputs and changelogs are added).
+	// Topics the loop creates when missing (changelogs are added).
 	OutputTopics []TopicSpec
-	Partitions   int32 // for missing inputs
+	Partitions   int32 // for missing topics
+	// CreateInputs creates missing input topics with Partitions partitions
+	// (the embedded broker). Off, a missing input is waited for, reported
+	// in the log and by Stats.Readiness, never created: on a real cluster
+	// an input's partition count is the operator's decision.
+	CreateInputs bool
 
 	// StartOffset is where a group with no committed offset starts
 	// (default: the earliest offset).
@@ -139,6 +161,13 @@ type Loop struct {
 	pollCancel context.CancelFunc // ends the current poll early (Wake)
 	woken      bool
 	revokes    int // revoke and lost callbacks seen, ever
+	// fetched holds the assigned partitions whose committed offsets the
+	// group has fetched (with KIP-447's require_stable: after every
+	// transaction of a previous owner resolved). joined: the group has
+	// assigned this member its partitions (possibly none) and not lost them.
+	fetched map[state.Task]bool
+	joined  bool
+	missing []string // input topics that do not exist (CreateInputs off)
 
 	tasks map[state.Task]*Task // owned by the loop goroutine
 	stats *Stats
@@ -171,7 +200,7 @@ func New(cfg Config, h Handler) *Loop {
 		cfg.Stats = NewStats()
 	}
 	return &Loop{cfg: cfg, h: h, pending: map[state.Task]bool{}, revoked: map[state.Task]bool{},
-		tasks: map[state.Task]*Task{}, stats: cfg.Stats}
+		fetched: map[state.Task]bool{}, tasks: map[state.Task]*Task{}, stats: cfg.Stats}
 }
 
 // Wake makes the loop stop waiting for records and check Handler.Due now
@@ -196,25 +225,56 @@ func (l *Loop) interruptPoll() {
 	l.mu.Unlock()
 }
 
-// Tasks calls fn for every owned, restored task. Ownership is confirmed
+// Tasks calls fn for every owned, verified task. Ownership is confirmed
 // against the client's own offsets as well as the callbacks: franz-go's
 // transact session forwards only the first revoke until the next End, so a
-// task the callbacks still list may already be gone (the client deletes lost
-// partitions from its offsets).
+// task the callbacks still list may already be gone (the client deletes
+// revoked and lost partitions from its offsets).
 func (l *Loop) Tasks(fn func(*Task)) {
-	var owned map[string]map[int32]kgo.EpochOffset
-	var committed map[string]map[int32]kgo.EpochOffset
+	held := l.offsetsHeld()
+	for id, t := range l.tasks {
+		if t.verified && held(id) {
+			fn(t)
+		}
+	}
+}
+
+// offsetsHeld returns whether the client holds committed or uncommitted
+// offsets for a partition (a snapshot taken now).
+func (l *Loop) offsetsHeld() func(state.Task) bool {
+	var owned, committed map[string]map[int32]kgo.EpochOffset
 	if l.sess != nil {
 		owned, committed = l.sess.Client().UncommittedOffsets(), l.sess.Client().CommittedOffsets()
 	}
-	for id, t := range l.tasks {
-		if !t.verified {
-			continue
-		}
+	return func(id state.Task) bool {
 		_, a := owned[id.Topic][id.Partition]
 		_, b := committed[id.Topic][id.Partition]
-		if a || b {
-			fn(t)
+		return a || b
+	}
+}
+
+// dropLost revokes the tasks whose partitions the client no longer holds
+// offsets for although it did since their assignment: a revoke or loss the
+// transact session swallowed (it forwards one per End). Their handler state
+// must go now – the executor's Runner above all – not at the next callback.
+func (l *Loop) dropLost() {
+	if len(l.tasks) == 0 {
+		return
+	}
+	held := l.offsetsHeld()
+	for id, t := range l.tasks {
+		switch {
+		case held(id):
+			t.inOffsets = true
+		case t.inOffsets:
+			l.cfg.Logger.Info("partition no longer held by the client; dropping it", "task", id.String())
+			delete(l.tasks, id)
+			l.h.Revoked(t)
+			l.stats.setAssigned(id, false)
+			l.mu.Lock()
+			delete(l.fetched, id)
+			l.mu.Unlock()
+			l.needReset = true
 		}
 	}
 }
@@ -241,6 +301,9 @@ func (l *Loop) resetSession() {
 func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// kgo calls this after every completed join, also when nothing new is
+	// assigned: the member is in the group (readiness with no partitions).
+	l.joined = true
 	for t, parts := range m {
 		for _, part := range parts {
 			id := state.Task{Topic: t, Partition: part}
@@ -259,8 +322,47 @@ func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 			id := state.Task{Topic: t, Partition: part}
 			l.revoked[id] = true
 			delete(l.pending, id)
+			delete(l.fetched, id)
 		}
 	}
+}
+
+// onLost is onRevoked for a member the group dropped (session expired,
+// fenced): it must join again before it is ready.
+func (l *Loop) onLost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	l.onRevoked(ctx, cl, m)
+	l.mu.Lock()
+	l.joined = false
+	l.mu.Unlock()
+}
+
+// onOffsetsFetched records the partitions whose committed offsets the group
+// fetched after an assignment. kgo fetches with require_stable (KIP-447):
+// the broker answers only once no transaction holds pending offsets for
+// them, and every transaction that changes a task's state commits an offset
+// for its partition (fence), so by now any previous owner's transaction
+// has resolved and the changelog's last stable offset includes it.
+func (l *Loop) onOffsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	add := func(topic string, part int32, code int16) {
+		if code == 0 {
+			l.fetched[state.Task{Topic: topic, Partition: part}] = true
+		}
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			add(t.Topic, p.Partition, p.ErrorCode)
+		}
+	}
+	for _, g := range resp.Groups {
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				add(t.Topic, p.Partition, p.ErrorCode)
+			}
+		}
+	}
+	return nil
 }
 
 // Run consumes until ctx is done or a fatal error occurs. On ctx
@@ -268,6 +370,7 @@ func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 // group and returns nil.
 func (l *Loop) Run(ctx context.Context) (err error) {
 	log := l.cfg.Logger
+	l.publishReadiness()
 	if err := l.ensureTopics(ctx); err != nil {
 		return l.stopping(ctx, err)
 	}
@@ -275,7 +378,7 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("eos: session: %w", err)
 	}
-	defer l.closeSession(sess)
+	defer func() { l.closeSession(sess, ctx.Err() != nil && err == nil) }()
 	l.sess = sess
 	// Initialise the transactional producer before anything else: this
 	// fences a previous incarnation with our transactional id and aborts the
@@ -317,6 +420,7 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 		if err := l.syncAssignment(ctx, r); err != nil {
 			return l.stopping(ctx, err)
 		}
+		l.dropLost()
 		if l.needReset {
 			// No records are in hand here: an empty abort cannot rewind
 			// anything we are about to process.
@@ -384,10 +488,21 @@ const closeWait = 10 * time.Second
 // the rebalance timeout) for members that died without leaving. No
 // transaction is open here, so abandoning the leave loses nothing; the broker
 // drops the member when its session times out.
-func (l *Loop) closeSession(sess *kgo.GroupTransactSession) {
+//
+// A static member (Config.InstanceID) is not removed by kgo's Close: the
+// group keeps its partitions for the session timeout, waiting for a restart.
+// On a clean stop (leave) we remove it ourselves, so that the others take
+// its partitions at once; after a crash or a fatal error we do not: a
+// restarted incarnation takes the place back without a rebalance, and a
+// fenced one must not remove the member that fenced it.
+func (l *Loop) closeSession(sess *kgo.GroupTransactSession, leave bool) {
+	member, _ := sess.Client().GroupMetadata()
 	done := make(chan struct{})
 	go func() {
 		sess.Close()
+		if leave && l.cfg.InstanceID != "" && member != "" {
+			l.leaveStatic(member)
+		}
 		close(done)
 	}()
 	select {
@@ -395,6 +510,44 @@ func (l *Loop) closeSession(sess *kgo.GroupTransactSession) {
 	case <-time.After(closeWait):
 		l.cfg.Logger.Warn("leaving the consumer group is taking long (a rebalance waits for dead members); not waiting", "after", closeWait)
 	}
+}
+
+// leaveStatic removes this static member from the group, if the group still
+// lists our instance id with our member id (not a successor's).
+func (l *Loop) leaveStatic(member string) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(l.cfg.Brokers...)}, l.cfg.ClientOpts...)...)
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	groups, err := adm.DescribeGroups(ctx, l.cfg.Group)
+	if err != nil {
+		l.cfg.Logger.Debug("leave: describe group", "err", err)
+		return
+	}
+	ours := false
+	for _, m := range groups[l.cfg.Group].Members {
+		if m.InstanceID != nil && *m.InstanceID == l.cfg.InstanceID && m.MemberID == member {
+			ours = true
+		}
+	}
+	if !ours {
+		return // already gone (kgo left for us), or a successor holds the id
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = l.cfg.Group
+	lm := kmsg.NewLeaveGroupRequestMember()
+	lm.MemberID, lm.InstanceID = member, &l.cfg.InstanceID
+	lm.Reason = kmsg.StringPtr("projector stopping")
+	req.Members = append(req.Members, lm)
+	if _, err := req.RequestWith(ctx, cl); err != nil {
+		l.cfg.Logger.Debug("leave: leave group", "err", err)
+		return
+	}
+	l.cfg.Logger.Info("left the consumer group", "group", l.cfg.Group, "instanceId", l.cfg.InstanceID)
 }
 
 // stopping turns an error caused by shutdown (a restore cut short, say) into
@@ -411,7 +564,8 @@ func (l *Loop) stopping(ctx context.Context, err error) error {
 func isFatal(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) ||
-		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed)
+		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed) ||
+		errors.Is(err, kerr.FencedInstanceID)
 }
 
 func (l *Loop) sessionOpts() []kgo.Opt {
@@ -433,8 +587,12 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 		kgo.RebalanceTimeout(max(l.cfg.TransactionTimeout+5*time.Second, l.cfg.SessionTimeout)),
 		kgo.OnPartitionsAssigned(l.onAssigned),
 		kgo.OnPartitionsRevoked(l.onRevoked),
-		kgo.OnPartitionsLost(l.onRevoked),
+		kgo.OnPartitionsLost(l.onLost),
+		kgo.OnOffsetsFetched(l.onOffsetsFetched),
 		kgo.RecordPartitioner(newPartitioner(l.changelogTopics())),
+	}
+	if l.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(l.cfg.InstanceID))
 	}
 	opts = append(opts, ClientTuning()...)
 	if l.cfg.StartOffset != nil {
@@ -525,6 +683,9 @@ type txnBatches struct {
 	// bases are the previous transaction's task batches while their Pebble
 	// write is in flight (AsyncCommit): task txns read through theirs.
 	bases map[state.Task]*Batch
+	// owned are the tasks owned and verified when the transaction began
+	// (Loop.Tasks); only they may be changed outside Process.
+	owned map[*Task]bool
 }
 
 func newTxnBatches(store *state.Store, now time.Time, dlq string, produce func(*kgo.Record), bases map[state.Task]*Batch) *Batch {
@@ -556,6 +717,11 @@ func (b *Batch) For(t *Task) *Batch {
 
 // Task is the batch's task; nil on the transaction's top batch.
 func (b *Batch) Task() *Task { return b.task }
+
+// Owns reports whether t was owned and verified when the transaction began:
+// a handler's Begin may change only such tasks (For); the transaction aborts
+// if it changes another (see Loop.end).
+func (b *Batch) Owns(t *Task) bool { return b.tx.owned[t] }
 
 // OnCommit registers fn to run after the transaction committed and Pebble was
 // written (never after an abort).

@@ -1,12 +1,16 @@
 package eos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/state"
@@ -49,14 +53,15 @@ func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
 		l.stats.setAssigned(id, true)
 		ts = append(ts, t)
 	}
-	l.stats.setReady(false)
+	l.publishReadiness()
 	return r.restore(ctx, ts, false)
 }
 
-// verify restores, once per assignment, every task whose records arrived (the
-// group has fetched its committed offsets, so a previous owner's transaction
-// has resolved and the changelog's last stable offset includes it), and tasks
-// idle for longer than a transaction can stay open.
+// verify restores, once per assignment, every task whose records arrived or
+// whose committed offsets the group has fetched (onOffsetsFetched): by then
+// a previous owner's transaction has resolved and the changelog's last
+// stable offset includes it. A task that has neither (kgo did not report
+// the fetch) is verified after the longest a transaction can stay open.
 func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
 	var ts []*Task
 	seen := make(map[state.Task]bool)
@@ -67,44 +72,49 @@ func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) err
 			ts = append(ts, t)
 		}
 	})
-	// Idle tasks: once the group has fetched a task's committed offset, any
-	// transaction of a previous owner has resolved (KIP-447 stable offsets),
-	// so the task can be verified without waiting for records. A partition
-	// the group never committed is verified after the longest a transaction
-	// can stay open.
-	var fetched map[string]map[int32]kgo.EpochOffset
-	if l.sess != nil {
-		fetched = l.sess.Client().CommittedOffsets()
-	}
+	l.mu.Lock()
 	for id, t := range l.tasks {
 		if t.verified || seen[id] {
 			continue
 		}
-		_, ok := fetched[id.Topic][id.Partition]
-		if ok || time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
+		if l.fetched[id] || time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
 			ts = append(ts, t)
 		}
 	}
-	if len(ts) == 0 {
-		return nil
+	l.mu.Unlock()
+	if len(ts) > 0 {
+		if err := r.restore(ctx, ts, true); err != nil {
+			return err
+		}
 	}
-	if err := r.restore(ctx, ts, true); err != nil {
-		return err
-	}
-	for _, t := range ts {
-		t.verified = true
-	}
-	l.stats.setReady(l.allVerified())
+	l.publishReadiness()
 	return nil
 }
 
-func (l *Loop) allVerified() bool {
-	for _, t := range l.tasks {
+// publishReadiness tells Stats whether the loop is ready (CONTRACT.md §4:
+// joined the group and every assigned partition restored, also with none
+// assigned) and, if not, why.
+func (l *Loop) publishReadiness() {
+	l.mu.Lock()
+	joined, missing := l.joined, l.missing
+	l.mu.Unlock()
+	var restoring []string
+	for id, t := range l.tasks {
 		if !t.verified {
-			return false
+			restoring = append(restoring, id.String())
 		}
 	}
-	return true
+	switch {
+	case len(missing) > 0:
+		l.stats.setReadiness(false, fmt.Sprintf("input topic %s does not exist (create it; the worker waits for it)", strings.Join(missing, ", ")))
+	case !joined:
+		l.stats.setReadiness(false, "joining consumer group "+l.cfg.Group)
+	case len(restoring) > 0:
+		slices.Sort(restoring)
+		l.stats.setReadiness(false, fmt.Sprintf("group %s: restoring %d of %d partitions (%s)", l.cfg.Group, len(restoring), len(l.tasks), strings.Join(restoring, ", ")))
+	default:
+		l.stats.setReadiness(true, "")
+	}
 }
 
 // restorer reads changelog partitions into Pebble.
@@ -121,9 +131,16 @@ const restoreStall = 30 * time.Second
 
 // restore brings each task's Pebble state up to its changelog partition's last
 // stable offset, then lets the handler rebuild its in-memory state. With
-// settle, it first waits (up to the transaction timeout) for the last stable
-// offset to reach the high watermark seen at the start, so that a zombie's
-// open transaction cannot hide transactions committed after it by others.
+// settle (verification), it first waits (up to the transaction timeout) for
+// the last stable offset to reach the high watermark seen at the start, so
+// that a zombie's open transaction cannot hide transactions committed after
+// it by others, and marks each task verified before its Restored call.
+//
+// Transient broker errors (a fetch or offset listing that fails, a leader
+// moving, UNKNOWN_SERVER_ERROR from a topic just created) are retried with
+// backoff until ctx ends: a restore resumes from the offset the store
+// reflects, so a retry repeats no write. Fencing, authorization and state
+// store errors, and corrupt changelog records, stop the loop.
 func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 	l := r.l
 	// Pebble must hold every committed transaction before it is compared
@@ -131,6 +148,54 @@ func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 	if err := l.settle(); err != nil {
 		return err
 	}
+	for _, t := range ts {
+		t.RestoredRecords = 0 // summed over the attempts below
+	}
+	backoff := restoreBackoffMin
+	for {
+		err := r.restoreOnce(ctx, ts, settle)
+		var te *transientError
+		if err == nil || !errors.As(err, &te) || ctx.Err() != nil {
+			return err
+		}
+		l.stats.addRestoreRetry()
+		l.cfg.Logger.Warn("restore failed on a broker error; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, restoreBackoffMax)
+	}
+}
+
+// Backoff bounds between restore attempts.
+const (
+	restoreBackoffMin = 100 * time.Millisecond
+	restoreBackoffMax = 5 * time.Second
+)
+
+// transientError is a broker-side restore failure worth retrying.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// brokerErr marks a Kafka error met during a restore as transient, unless it
+// is one after which the loop must stop (fencing, authorization).
+func brokerErr(err error) error {
+	if err == nil || isFatal(err) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &transientError{err}
+}
+
+// restoreOnce is one attempt of restore. Tasks already done in an earlier
+// attempt read nothing again (their stored offset has reached the end) and
+// are handed to Restored again, which is harmless.
+func (r *restorer) restoreOnce(ctx context.Context, ts []*Task, settle bool) error {
+	l := r.l
 	byTopic := make(map[string][]*Task)
 	for _, t := range ts {
 		cl := l.cfg.ChangelogOf(t.ID.Topic)
@@ -143,7 +208,7 @@ func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 			err = hwms.Error()
 		}
 		if err != nil {
-			return fmt.Errorf("eos: restore: list end offsets of %s: %w", topic, err)
+			return fmt.Errorf("eos: restore: list end offsets of %s: %w", topic, brokerErr(err))
 		}
 		lsos, err := r.stableOffsets(ctx, adm, topic, hwms, settle)
 		if err != nil {
@@ -153,13 +218,17 @@ func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 			lo, ok := lsos.Lookup(topic, t.ID.Partition)
 			hw, ok2 := hwms.Lookup(topic, t.ID.Partition)
 			if !ok || !ok2 || lo.Err != nil {
-				return fmt.Errorf("eos: restore %s: changelog partition %s/%d: %v", t.ID, topic, t.ID.Partition, lo.Err)
+				return fmt.Errorf("eos: restore %s: changelog partition %s/%d: %w", t.ID, topic, t.ID.Partition,
+					brokerErr(cmp.Or(lo.Err, errors.New("no offsets listed"))))
 			}
 			n, err := r.restoreTask(ctx, t.ID, topic, lo.Offset, hw.Offset)
+			t.RestoredRecords += n
 			if err != nil {
 				return err
 			}
-			t.RestoredRecords = n
+			if settle {
+				t.verified = true
+			}
 			if err := l.h.Restored(t); err != nil {
 				return err
 			}
@@ -179,7 +248,7 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 			err = lsos.Error()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("eos: restore: list stable offsets of %s: %w", topic, err)
+			return nil, fmt.Errorf("eos: restore: list stable offsets of %s: %w", topic, brokerErr(err))
 		}
 		behind := false
 		lsos.Each(func(o kadm.ListedOffset) {
@@ -266,7 +335,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			}
 		})
 		if ferr != nil {
-			return 0, fmt.Errorf("eos: restore %s: %w", id, ferr)
+			return n, fmt.Errorf("eos: restore %s: %w", id, brokerErr(ferr))
 		}
 		got := 0
 		var werr error
@@ -307,7 +376,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			// record to read. Silence means the broker is not serving it:
 			// fail loudly rather than call a partial restore complete.
 			if time.Since(lastProgress) > restoreStall {
-				return 0, fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, next, end, restoreStall)
+				return n, brokerErr(fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, next, end, restoreStall))
 			}
 			continue
 		}

@@ -1,6 +1,7 @@
 package eos
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -15,8 +16,11 @@ type Stats struct {
 	txns      map[string]int64
 	txnTime   []time.Duration // recent committed transaction durations (ring)
 	restored  int64
+	retries   int64 // restore attempts repeated after a broker error
 	assigned  map[state.Task]bool
 	ready     bool
+	reason    string // why not ready
+	missing   []string
 	observers []func(TxnObservation)
 }
 
@@ -64,10 +68,37 @@ func (s *Stats) setAssigned(id state.Task, on bool) {
 	s.mu.Unlock()
 }
 
-func (s *Stats) setReady(r bool) {
+func (s *Stats) setReadiness(r bool, reason string) {
 	s.mu.Lock()
-	s.ready = r
+	s.ready, s.reason = r, reason
 	s.mu.Unlock()
+}
+
+func (s *Stats) setMissing(topics []string) {
+	s.mu.Lock()
+	s.missing = slices.Clone(topics)
+	s.mu.Unlock()
+}
+
+func (s *Stats) addRestoreRetry() {
+	s.mu.Lock()
+	s.retries++
+	s.mu.Unlock()
+}
+
+// RestoreRetries counts restore attempts repeated after a broker error.
+func (s *Stats) RestoreRetries() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retries
+}
+
+// MissingInputs lists the input topics the loop waits for (they do not
+// exist, and the loop does not create them).
+func (s *Stats) MissingInputs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.missing)
 }
 
 // Observe registers fn to be called after every transaction (metrics).
@@ -91,11 +122,23 @@ func (s *Stats) Restored() int64 {
 	return s.restored
 }
 
-// Ready reports whether every assigned partition is restored and processing.
+// Ready reports whether the loop has joined its group and restored every
+// partition assigned to it (none assigned counts: an idle instance is
+// ready).
 func (s *Stats) Ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ready && len(s.assigned) > 0
+	return s.ready
+}
+
+// Readiness is Ready with the reason when not ready ("" when ready).
+func (s *Stats) Readiness() (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready && s.reason == "" {
+		return false, "starting"
+	}
+	return s.ready, s.reason
 }
 
 // Assigned lists the assigned tasks in order.

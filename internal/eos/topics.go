@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -11,23 +13,88 @@ import (
 )
 
 // ensureTopics creates the topics the loop needs when they are missing and
-// checks that every changelog is co-partitioned with its input.
+// checks that every changelog is co-partitioned with its input. Missing
+// inputs are created only with Config.CreateInputs; otherwise it waits for
+// them (waitInputs).
 func (l *Loop) ensureTopics(ctx context.Context) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(l.cfg.Brokers...)}, l.cfg.ClientOpts...)...)
 	if err != nil {
 		return fmt.Errorf("eos: admin client: %w", err)
 	}
 	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if !l.cfg.CreateInputs {
+		if err := l.waitInputs(ctx, adm); err != nil {
+			return err
+		}
+	}
 	var specs []TopicSpec
 	for _, in := range l.cfg.Inputs {
-		specs = append(specs, TopicSpec{Name: in})
+		// Listed either way: the changelogs follow their partition count.
+		specs = append(specs, TopicSpec{Name: in, MustExist: !l.cfg.CreateInputs})
 	}
 	for _, in := range l.cfg.Inputs {
 		specs = append(specs, TopicSpec{Name: l.cfg.ChangelogOf(in), Compacted: true, CopartitionOf: in})
 	}
 	specs = append(specs, TopicSpec{Name: l.cfg.DeadLetterTopic})
 	specs = append(specs, l.cfg.OutputTopics...)
-	return EnsureTopics(ctx, kadm.NewClient(cl), specs, l.cfg.Partitions)
+	return EnsureTopics(ctx, adm, specs, l.cfg.Partitions)
+}
+
+// inputWait is how often a missing input topic is looked for again.
+const inputWait = 5 * time.Second
+
+// waitInputs returns once every input topic exists. While one is missing it
+// says so once in the log and all along in Stats (the metric
+// projector_input_topic_missing and /readyz).
+func (l *Loop) waitInputs(ctx context.Context, adm *kadm.Client) error {
+	var logged []string
+	defer l.setMissing(nil)
+	for {
+		details, err := adm.ListTopics(ctx, l.cfg.Inputs...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("eos: list input topics: %w", err)
+		}
+		var missing []string
+		for _, in := range l.cfg.Inputs {
+			d, ok := details[in]
+			switch {
+			case ok && d.Err == nil:
+			case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+				missing = append(missing, in)
+			default:
+				return fmt.Errorf("eos: input topic %s: %w", in, d.Err)
+			}
+		}
+		if len(missing) == 0 {
+			if len(logged) > 0 {
+				l.cfg.Logger.Info("input topics exist now; starting", "topics", l.cfg.Inputs)
+			}
+			return nil
+		}
+		if !slices.Equal(missing, logged) {
+			l.cfg.Logger.Warn("input topic does not exist; waiting for it to be created (the worker creates input topics only on the embedded broker)",
+				"topics", missing, "group", l.cfg.Group, "recheck", inputWait)
+			logged = missing
+		}
+		l.setMissing(missing)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(inputWait):
+		}
+	}
+}
+
+func (l *Loop) setMissing(topics []string) {
+	l.mu.Lock()
+	l.missing = topics
+	l.mu.Unlock()
+	l.stats.setMissing(topics)
+	l.publishReadiness()
 }
 
 // TopicSpec describes one topic the loop uses.
@@ -36,6 +103,8 @@ type TopicSpec struct {
 	Compacted bool
 	// CopartitionOf names the topic whose partition count this one must match.
 	CopartitionOf string
+	// MustExist: a missing topic is an error, not created.
+	MustExist bool
 }
 
 // EnsureTopics creates missing topics in order (a topic is created after the
@@ -70,6 +139,9 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, part
 				return fmt.Errorf("eos: changelog %s has %d partitions but its input %s has %d; they must be co-partitioned", s.Name, n, s.CopartitionOf, want)
 			}
 			continue
+		}
+		if s.MustExist {
+			return fmt.Errorf("eos: topic %s does not exist", s.Name)
 		}
 		var cfgs map[string]*string
 		if s.Compacted {

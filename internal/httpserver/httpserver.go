@@ -3,8 +3,9 @@
 //
 //   - /metrics: the Prometheus exposition of the given Gatherer;
 //   - /healthz: 200 "ok" as long as the process serves HTTP (liveness);
-//   - /readyz: 200 "ready" when ready() is true, else 503 with a short reason
-//     (readiness: every assigned partition restored and processing).
+//   - /readyz: 200 "ready" when ready() is true, else 503 with the reason it
+//     gives (readiness: joined the groups and every assigned partition
+//     restored; none assigned counts).
 //
 // Invariants: the server serves only between Run's start and its return; Run
 // owns the listener and every goroutine it starts, and returns only after
@@ -31,8 +32,8 @@ const Off = "off"
 // context is done.
 const ShutdownTimeout = 5 * time.Second
 
-// NotReadyReason is the body of a 503 from /readyz.
-const NotReadyReason = "not ready: no partition assigned yet, or restoring state\n"
+// ReadyFunc reports readiness and, when not ready, why.
+type ReadyFunc func() (ready bool, reason string)
 
 // Server is the HTTP server of one worker.
 type Server struct {
@@ -48,12 +49,12 @@ type Server struct {
 // New returns a server for listen (host:port; port 0 picks a free port).
 // gatherer is served on /metrics (nil: an empty registry); ready decides
 // /readyz (nil: never ready).
-func New(listen string, gatherer prometheus.Gatherer, ready func() bool) *Server {
+func New(listen string, gatherer prometheus.Gatherer, ready ReadyFunc) *Server {
 	if gatherer == nil {
 		gatherer = prometheus.NewRegistry()
 	}
 	if ready == nil {
-		ready = func() bool { return false }
+		ready = func() (bool, string) { return false, "starting" }
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -61,11 +62,12 @@ func New(listen string, gatherer prometheus.Gatherer, ready func() bool) *Server
 		text(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ready() {
+		ok, reason := ready()
+		if ok {
 			text(w, http.StatusOK, "ready\n")
 			return
 		}
-		text(w, http.StatusServiceUnavailable, NotReadyReason)
+		text(w, http.StatusServiceUnavailable, "not ready: "+reason+"\n")
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "projector: /metrics /healthz /readyz\n")

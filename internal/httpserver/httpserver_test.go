@@ -66,12 +66,12 @@ func TestEndpoints(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	var ready atomic.Bool
-	base, stop := start(t, New("127.0.0.1:0", reg, ready.Load))
+	base, stop := start(t, New("127.0.0.1:0", reg, func() (bool, string) { return ready.Load(), "joining consumer group g" }))
 
 	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
-	if code, body := get(t, base+"/readyz"); code != 503 || body != NotReadyReason {
+	if code, body := get(t, base+"/readyz"); code != 503 || body != "not ready: joining consumer group g\n" {
 		t.Errorf("/readyz before ready: %d %q", code, body)
 	}
 	ready.Store(true)

@@ -102,6 +102,9 @@ type Options struct {
 	// Projections and Effects are the configured names (OptionsFromConfig).
 	Projections []string
 	Effects     []string
+	// Inputs are the configured input topics
+	// (projector_input_topic_missing).
+	Inputs []string
 	// Outcomes default to processor.Outcomes, DeadLetterReasons to
 	// DeadLetterReasons(), EffectStatuses to EffectStatuses.
 	Outcomes          []string
@@ -139,6 +142,7 @@ func OptionsFromConfig(cfg *config.Config) Options {
 	for _, s := range cfg.SideEffects {
 		o.Effects = append(o.Effects, s.Name)
 	}
+	o.Inputs = append(o.Inputs, cfg.Kafka.Input...)
 	return o
 }
 
@@ -174,7 +178,7 @@ func (o *Options) applyDefaults() {
 	}
 	// Copy, deduplicated, so that later changes to the caller's slices do not
 	// change the series and a name listed twice is not collected twice.
-	for _, l := range []*[]string{&o.Projections, &o.Effects, &o.Outcomes, &o.DeadLetterReasons, &o.EffectStatuses} {
+	for _, l := range []*[]string{&o.Projections, &o.Effects, &o.Inputs, &o.Outcomes, &o.DeadLetterReasons, &o.EffectStatuses} {
 		*l = uniq(*l)
 	}
 }
@@ -197,6 +201,7 @@ type Metrics struct {
 	txnTime prometheus.Histogram
 
 	events, gapsOpen, gapOldest, effects, pending, txns, lag, restored, dlq, ready, assigned, lagErrors *prometheus.Desc
+	missing, restoreRetries                                                                             *prometheus.Desc
 
 	proc  Source // never nil: zeroSource without a processor
 	loops []Loop // the loops present
@@ -240,9 +245,12 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 			"Records between the group's committed offset and the end of an assigned partition.", "topic", "partition"),
 		restored:  desc("restore_records_total", "Changelog records restored into the state store."),
 		dlq:       desc("deadletter_total", "Committed dead-lettered records by reason.", "reason"),
-		ready:     desc("ready", "1 when every assigned partition is restored and processing."),
+		ready:     desc("ready", "1 when every loop has joined its consumer group and restored every partition assigned to it (also when none is)."),
 		assigned:  desc("assigned_partitions", "Input partitions assigned to this instance."),
 		lagErrors: desc("consumer_lag_errors_total", "Failed consumer lag refreshes."),
+		missing: desc("input_topic_missing",
+			"1 while a configured input topic does not exist (the worker waits for it; it creates inputs only on the embedded broker).", "topic"),
+		restoreRetries: desc("restore_retries_total", "Restore attempts repeated after a transient broker error."),
 	}
 	if !isNil(o.Processor) {
 		m.proc = o.Processor
@@ -344,7 +352,7 @@ type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors} {
+	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries} {
 		ch <- d
 	}
 }
@@ -439,6 +447,27 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.ready, 0)
 	}
 	counter(m.lagErrors, lagErrs)
+
+	missing := map[string]bool{}
+	var retries int64
+	for _, l := range m.loops {
+		if r, ok := l.(interface{ MissingInputs() []string }); ok {
+			for _, t := range r.MissingInputs() {
+				missing[t] = true
+			}
+		}
+		if r, ok := l.(interface{ RestoreRetries() int64 }); ok {
+			retries += r.RestoreRetries()
+		}
+	}
+	for _, t := range m.o.Inputs {
+		if missing[t] {
+			gauge(m.missing, 1, t)
+		} else {
+			gauge(m.missing, 0, t)
+		}
+	}
+	counter(m.restoreRetries, retries)
 }
 
 // zeroSource stands in for a missing processor; it is not a loop.

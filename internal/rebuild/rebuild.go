@@ -315,7 +315,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	pcfg := processor.Config{
 		Name: cfg.Name, Group: group, InstanceID: cfg.Kafka.InstanceID, Brokers: brokers, ClientOpts: copts,
 		Inputs: cfg.Kafka.Input, DeadLetterTopic: o.DeadLetterTopic,
-		Partitions:  int32(cfg.Kafka.EmbeddedBroker.Partitions),
+		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
 		Projections: []*projection.Projection{proj}, Store: store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
 		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
@@ -434,7 +434,7 @@ func serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen string, cfg *c
 	if err != nil {
 		return err
 	}
-	srv := httpserver.New(listen, reg, p.Stats().Ready)
+	srv := httpserver.New(listen, reg, p.Stats().Readiness)
 	wg.Go(func() { _ = m.Run(ctx) })
 	errc := make(chan error, 1)
 	wg.Go(func() { errc <- srv.Run(ctx) })
