@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +13,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/broker"
+	"github.com/projector-dev/projector/internal/testkit"
 )
 
 // httpGet returns the status code and body of GET http://addr/path (0 and
@@ -139,4 +147,134 @@ func TestRunExampleConfigReady(t *testing.T) {
 		t.Errorf("no clean-stop log line:\n%s", stderrOf(cmd))
 	}
 	t.Logf("ready %s after start; 503 reasons on the way: %q", took.Round(time.Millisecond), reasons)
+}
+
+const missingInputConfig = `name: mi
+kafka:
+  brokers: [%s]
+  instanceId: mi-1
+  input: [%s]
+  sessionTimeout: 6s
+  transactionTimeout: 10s
+state: {dir: %q}
+http: {listen: %q}
+projections:
+  - name: overview
+    topic: mi-overview.v1
+    events: {CaseOpened: merge}
+`
+
+// metricLine returns the exposition line of series (name{labels}) in the
+// body of /metrics, "" when absent.
+func metricLine(body, series string) string {
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, series+" ") {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestReadyzMissingInputRealCluster: against a broker started separately
+// (a "real cluster" to the worker) whose input topic does not exist, the
+// worker waits without creating it: /readyz is 503 naming the topic,
+// projector_input_topic_missing{topic} is 1, and one WARN log line names it
+// (not repeated at the recheck). Once the topic is created the worker becomes
+// ready and the gauge goes to 0.
+func TestReadyzMissingInputRealCluster(t *testing.T) {
+	const topic = "mi-events"
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	brokers := []string{b.Addr()}
+	dir := t.TempDir()
+	httpAddr := freeAddr(t)
+	cfg := writeConfig(t, fmt.Sprintf(missingInputConfig, b.Addr(), topic, filepath.Join(dir, "state"), httpAddr))
+	start := time.Now()
+	cmd := startIn(t, dir, "run", "--config", cfg, "--log-format", "json")
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	series := `projector_input_topic_missing{topic="` + topic + `"}`
+
+	// Wait until it says why it is not ready.
+	for {
+		code, body := httpGet(httpAddr, "/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "input topic "+topic+" does not exist") {
+			break
+		}
+		if code == http.StatusOK || time.Since(start) > 15*time.Second {
+			t.Fatalf("/readyz %d %q, want 503 naming %s\n%s", code, body, topic, stderrOf(cmd))
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("worker exited (%v):\n%s", err, stderrOf(cmd))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// Past one recheck (eos inputWait, 5 s): still waiting, still saying
+	// so, the topic still absent, and the log has said it once.
+	time.Sleep(6 * time.Second)
+	if code, body := httpGet(httpAddr, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, topic) {
+		t.Errorf("/readyz while %s is missing: %d %q", topic, code, body)
+	}
+	if _, m := httpGet(httpAddr, "/metrics"); metricLine(m, series) != series+" 1" {
+		t.Errorf("while missing: %q, want %s 1", metricLine(m, series), series)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics.Has(topic) {
+		t.Fatalf("the worker created the input topic %s on a real cluster", topic)
+	}
+	var warned []string
+	for _, l := range strings.Split(stderrOf(cmd), "\n") {
+		if strings.Contains(l, topic) && strings.Contains(l, `"level":"WARN"`) {
+			warned = append(warned, l)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "does not exist") {
+		t.Errorf("want one WARN line naming %s, got %d:\n%s", topic, len(warned), strings.Join(warned, "\n"))
+	}
+
+	// Create it: the worker starts and becomes ready.
+	if err := testkit.CreateTopic(ctx, brokers, topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	for {
+		code, body := httpGet(httpAddr, "/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Since(created) > 15*time.Second {
+			t.Fatalf("not ready 15 s after %s was created: /readyz %d %q\n%s", topic, code, body, stderrOf(cmd))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	readyAfter := time.Since(created)
+	if _, m := httpGet(httpAddr, "/metrics"); metricLine(m, series) != series+" 0" {
+		t.Errorf("after creation: %q, want %s 0", metricLine(m, series), series)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderrOf(cmd))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30 s after SIGTERM")
+	}
+	t.Logf("503 naming %s while missing, gauge 1, one WARN line; ready %s after creation, gauge 0", topic, readyAfter.Round(time.Millisecond))
 }
