@@ -63,7 +63,9 @@ func (l *Loop) waitInputs(ctx context.Context, adm *kadm.Client) error {
 			d, ok := details[in]
 			switch {
 			case ok && d.Err == nil:
-			case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) || kerr.IsRetriable(d.Err):
+				// Retriable: a topic just created whose leader is
+				// not elected yet, say. Wait for it like a missing one.
 				missing = append(missing, in)
 			default:
 				return fmt.Errorf("eos: input topic %s: %w", in, d.Err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/projector-dev/projector/internal/config"
 	"github.com/projector-dev/projector/internal/state"
@@ -330,6 +331,13 @@ func (m *Metrics) refreshLag(ctx context.Context) {
 	lag, err := m.o.Lag.Lag(ctx)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return // shutting down
+	}
+	if err != nil && errors.Is(err, kerr.UnknownTopicOrPartition) {
+		// A topic that does not exist yet (a worker waiting for its
+		// input, or one just started): no lag to report, and not a
+		// failure of the refresh; projector_input_topic_missing says it.
+		m.o.Logger.Debug("consumer lag: topic does not exist yet", "err", err)
+		return
 	}
 	m.mu.Lock()
 	if err == nil {
