@@ -30,7 +30,12 @@
 //     Idempotency-Key) or parked until an operator resolves it
 //     (Ledger.Resolve, "projector effects resolve"). It is never marked failed
 //     or succeeded by the executor on its own, not even when maxAttempts is
-//     exhausted: it then stays unknown for the operator.
+//     exhausted: it then stays unknown for the operator. A retry happens no
+//     sooner than the unknown attempt's deadline (its start plus the effect's
+//     timeout, plus DeadlineMargin for clock skew), and every call is
+//     cancelled at its deadline: the call it retries, made by whichever
+//     instance, has been given up by then, so a receiver is never sent a
+//     second request for a key while the first may be open (CONTRACT.md §6).
 //  4. The ledger is the only authority. The Runner's in-memory schedule is a
 //     hint; every execution decision is re-read from the ledger inside the
 //     transaction that starts the attempt, so stale or duplicate schedule

@@ -35,14 +35,29 @@ type Effect struct {
 	MaxAttempts int
 	// OnUnknown is config.OnUnknownRetry (default) or config.OnUnknownPark.
 	OnUnknown string
+	// Timeout bounds one call: the Runner cancels it at the attempt's start
+	// (as recorded in the ledger) plus Timeout, and retries an unknown
+	// outcome no sooner than that deadline plus DeadlineMargin. Zero takes
+	// the executor's own timeout if it is a *Webhook with one, else
+	// config.DefaultWebhookTimeout.
+	Timeout time.Duration
 }
+
+// DeadlineMargin is added to an attempt's deadline (its start plus the
+// effect's Timeout) before its unknown outcome may be retried. The start was
+// read from the clock of the instance that made the call, and the retry is
+// decided by another instance's clock after a rebalance or a crash; hosts
+// kept by NTP agree to within milliseconds, so a second covers their skew,
+// and a call's own scheduling lag, with room to spare.
+const DeadlineMargin = time.Second
 
 // EffectsFromConfig builds the Runner's effects from the configuration, each
 // with a Webhook executor.
 func EffectsFromConfig(ses []config.SideEffect) map[string]Effect {
 	m := make(map[string]Effect, len(ses))
 	for _, s := range ses {
-		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown}
+		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,
+			Timeout: time.Duration(s.Webhook.Timeout)}
 	}
 	return m
 }
@@ -84,6 +99,9 @@ func (c *RunnerConfig) Validate() error {
 		if e.MaxAttempts < 0 {
 			errs = append(errs, fmt.Errorf("sideeffects: effect %s: MaxAttempts must not be negative", name))
 		}
+		if e.Timeout < 0 {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: Timeout must not be negative", name))
+		}
 		if e.OnUnknown != "" && e.OnUnknown != config.OnUnknownRetry && e.OnUnknown != config.OnUnknownPark {
 			errs = append(errs, fmt.Errorf("sideeffects: effect %s: OnUnknown must be %q or %q, got %q",
 				name, config.OnUnknownRetry, config.OnUnknownPark, e.OnUnknown))
@@ -119,6 +137,12 @@ func (c *RunnerConfig) applyDefaults() {
 		if e.OnUnknown == "" {
 			e.OnUnknown = config.OnUnknownRetry
 		}
+		if e.Timeout == 0 {
+			e.Timeout = config.DefaultWebhookTimeout
+			if w, ok := e.Executor.(*Webhook); ok && w.Timeout > 0 {
+				e.Timeout = w.Timeout
+			}
+		}
 		effects[name] = e
 	}
 	c.Effects = effects
@@ -131,12 +155,15 @@ func (c *RunnerConfig) applyDefaults() {
 // Order per attempt, which is what makes invariant 2 hold:
 //
 //  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
-//  2. Only then call the executor.
+//  2. Only then call the executor, until the attempt's deadline (its start
+//     plus Effect.Timeout).
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
 //     unknown). Commit.
 //
 // A crash between 1 and 3 leaves the entry in-flight; the next Run begins
-// with Ledger.Recover, which turns it into unknown.
+// with Ledger.Recover, which turns it into unknown. An unknown entry is
+// retried no sooner than its last attempt's deadline plus DeadlineMargin, so
+// that a call another instance may still be making has ended first.
 //
 // Store errors are fatal to Run: without the store the Runner can neither
 // guarantee invariant 2 nor record outcomes, and the restart's Recover puts
@@ -306,7 +333,16 @@ func (r *Runner) runnable(e Entry) (time.Time, bool) {
 		// Parked, or out of attempts: an unknown outcome is never retried
 		// without a policy that says the receiver honours the key.
 		if eff.OnUnknown == config.OnUnknownRetry && e.Attempts < eff.MaxAttempts {
-			return e.NextAttempt, true
+			// The unknown attempt may still be running, made by another
+			// instance or an earlier Runner (Recover cannot tell a call
+			// that stopped from one that goes on): not before it is over.
+			due := e.NextAttempt
+			if n := len(e.History); n > 0 {
+				if d := e.History[n-1].Start.Add(eff.Timeout + DeadlineMargin); d.After(due) {
+					due = d
+				}
+			}
+			return due, true
 		}
 	}
 	return time.Time{}, false
@@ -354,9 +390,14 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	if perr != nil {
 		in = Intent{Key: e.Key, Effect: e.Effect, Value: e.Intent}
 	}
-	// Not cancelled with ctx: a shutdown lets the call finish (bounded by
-	// the executor's timeout) rather than manufacture an unknown outcome.
-	res := eff.Executor.Execute(context.WithoutCancel(ctx), in, e.Intent)
+	// Not cancelled with ctx: a shutdown or a revoke lets the call finish
+	// rather than manufacture an unknown outcome. It is bounded by the
+	// attempt's deadline, which is what a Runner elsewhere waits for before
+	// it retries an unknown outcome of this attempt.
+	deadline := e.History[len(e.History)-1].Start.Add(eff.Timeout)
+	callCtx, cancelCall := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(r.cfg.Now()))
+	res := eff.Executor.Execute(callCtx, in, e.Intent)
+	cancelCall()
 
 	a := Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
 	if res.Err != nil {
