@@ -43,6 +43,12 @@
 //  5. The ledger reads and writes only through the KV it is given (a staged
 //     state.Txn in the processor), so none of its writes outlives an aborted
 //     Kafka transaction, and all of them reach the changelog.
+//  6. One call per key at a time in a process. A Runner holds the key's slot
+//     in Calls, shared by a Worker's Runners, from before it commits the
+//     in-flight mark until it has recorded the outcome; a Runner whose
+//     partition was revoked while its call ran hands the outcome over there,
+//     and the partition's next Runner in the process records it
+//     (Ledger.Settle) instead of calling again.
 //
 // Rebuild mode (DESIGN.md invariant 7) is the caller's concern: in rebuild
 // the processor neither produces intents nor runs a Runner.

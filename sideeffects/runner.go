@@ -81,6 +81,15 @@ type RunnerConfig struct {
 	OnChange func(Entry)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Calls is the registry of calls in flight in this process, shared by
+	// the Runners that may execute the same keys: a Worker's Runners, and
+	// above all the successive Runners of one partition. Nil gives the
+	// Runner its own.
+	Calls *Calls
+	// Scope names the Runner's ledger among those sharing Calls (the
+	// worker's: the partition's task prefix), so that a handed-over outcome
+	// is recorded only in the ledger its attempt belongs to.
+	Scope string
 }
 
 // Validate reports a configuration the Runner cannot work with.
@@ -120,6 +129,9 @@ func (c *RunnerConfig) applyDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Calls == nil {
+		c.Calls = NewCalls()
+	}
 	if c.Backoff == nil {
 		var mu sync.Mutex
 		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
@@ -154,16 +166,22 @@ func (c *RunnerConfig) applyDefaults() {
 //
 // Order per attempt, which is what makes invariant 2 hold:
 //
+//  0. Hold the key's slot in Calls, waiting while another Runner of this
+//     process still has a call for it; if that Runner handed its outcome
+//     over, record it (Ledger.Settle) and stop here.
 //  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
 //  2. Only then call the executor, until the attempt's deadline (its start
 //     plus Effect.Timeout).
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
-//     unknown). Commit.
+//     unknown). Commit. If that fails (the partition was revoked), hand the
+//     outcome over through Calls to the key's next Runner in this process.
+//  4. Free the slot.
 //
 // A crash between 1 and 3 leaves the entry in-flight; the next Run begins
 // with Ledger.Recover, which turns it into unknown. An unknown entry is
 // retried no sooner than its last attempt's deadline plus DeadlineMargin, so
-// that a call another instance may still be making has ended first.
+// that a call another instance may still be making has ended first; within
+// one process, Calls keeps Runners from overlapping whatever the clock says.
 //
 // Store errors are fatal to Run: without the store the Runner can neither
 // guarantee invariant 2 nor record outcomes, and the restart's Recover puts
@@ -350,12 +368,30 @@ func (r *Runner) runnable(e Entry) (time.Time, bool) {
 
 // process runs one attempt of key, if the ledger says it is due.
 func (r *Runner) process(ctx context.Context, key string) error {
+	// One call per key in this process: a slot still held is the call of
+	// an earlier Runner of this partition, revoked and given back to us.
+	slot, err := r.cfg.Calls.Acquire(ctx, key)
+	if err != nil {
+		return nil // shutting down: the key stays for the next Runner
+	}
+	defer slot.Release()
+	if o, ok := slot.Take(r.cfg.Scope); ok {
+		settled, err := r.settle(key, o)
+		if err != nil {
+			slot.HandOver(o) // still unrecorded: keep it for the next Runner
+			return err
+		}
+		if settled {
+			return nil
+		}
+	}
+
 	var (
 		e     Entry
 		start bool
 		later time.Time
 	)
-	err := r.cfg.Store.Update(func(l *Ledger) error {
+	err = r.cfg.Store.Update(func(l *Ledger) error {
 		start, later = false, time.Time{}
 		cur, ok, err := l.Get(key)
 		if err != nil || !ok {
@@ -399,36 +435,17 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	res := eff.Executor.Execute(callCtx, in, e.Intent)
 	cancelCall()
 
-	a := Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
-	if res.Err != nil {
-		a.Error = res.Err.Error()
-	}
 	var done Entry
 	err = r.cfg.Store.Update(func(l *Ledger) (err error) {
-		now := r.cfg.Now()
-		switch res.Outcome {
-		case OutcomeSucceeded:
-			done, err = l.Succeed(key, a)
-		case OutcomeFailed:
-			done, err = l.Fail(key, a)
-		case OutcomeRetryable:
-			if e.Attempts >= eff.MaxAttempts {
-				a.Error = fmt.Sprintf("%s; giving up after %d attempts", a.Error, e.Attempts)
-				done, err = l.Fail(key, a)
-			} else {
-				done, err = l.Retry(key, a, now.Add(r.cfg.Backoff(e.Attempts)))
-			}
-		default: // OutcomeUnknown, or an executor that could not tell
-			a.Outcome = OutcomeUnknown
-			var next time.Time
-			if eff.OnUnknown == config.OnUnknownRetry {
-				next = now.Add(r.cfg.Backoff(e.Attempts))
-			}
-			done, err = l.MarkUnknown(key, a, next)
-		}
+		a, to, next := r.outcome(eff, e.Attempts, res)
+		done, err = finishAs(l, key, a, to, next)
 		return err
 	})
 	if err != nil {
+		// The partition was revoked while the call ran, or the store
+		// failed. The outcome is real: if this process gets the partition
+		// back, its next Runner records it rather than calling again.
+		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: e.Attempts, Result: res})
 		return fmt.Errorf("sideeffects: record %q: %w", key, err)
 	}
 	r.changed(done)
@@ -436,6 +453,91 @@ func (r *Runner) process(ctx context.Context, key string) error {
 		r.schedule(key, due)
 	}
 	return nil
+}
+
+// settle records the outcome an earlier Runner handed over, if the ledger
+// still waits for it (the entry is in-flight or unknown at the orphan's
+// attempt), and reports whether it did. A stale orphan is dropped.
+func (r *Runner) settle(key string, o Orphan) (bool, error) {
+	var (
+		done  Entry
+		stale error
+	)
+	err := r.cfg.Store.Update(func(l *Ledger) error {
+		stale = nil
+		cur, ok, err := l.Get(key)
+		if err != nil || !ok {
+			stale = ErrNotFound
+			return err
+		}
+		eff, ok := r.cfg.Effects[cur.Effect]
+		if !ok {
+			stale = fmt.Errorf("sideeffects: effect %q is not this Runner's", cur.Effect)
+			return nil
+		}
+		a, to, next := r.outcome(eff, o.N, o.Result)
+		done, err = l.Settle(key, o.N, a, to, next)
+		if errors.Is(err, ErrIllegalTransition) {
+			stale, err = err, nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("sideeffects: settle %q: %w", key, err)
+	}
+	if stale != nil {
+		r.cfg.Logger.Info("dropped the outcome of an earlier call: the ledger has moved on", "key", key, "attempt", o.N, "reason", stale)
+		return false, nil
+	}
+	r.cfg.Logger.Info("recorded the outcome of a call made before the partition was reassigned",
+		"key", key, "attempt", o.N, "outcome", o.Result.Outcome, "status", done.Status)
+	r.changed(done)
+	if due, ok := r.runnable(done); ok {
+		r.schedule(key, due)
+	}
+	return true, nil
+}
+
+// outcome is the ledger's record of attempt n's result: the attempt, the
+// status it moves the entry to and, for a retry, when.
+func (r *Runner) outcome(eff Effect, n int, res Result) (a Attempt, to Status, next time.Time) {
+	a = Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
+	if res.Err != nil {
+		a.Error = res.Err.Error()
+	}
+	now := r.cfg.Now()
+	switch res.Outcome {
+	case OutcomeSucceeded:
+		return a, Succeeded, time.Time{}
+	case OutcomeFailed:
+		return a, Failed, time.Time{}
+	case OutcomeRetryable:
+		if n >= eff.MaxAttempts {
+			a.Error = fmt.Sprintf("%s; giving up after %d attempts", a.Error, n)
+			return a, Failed, time.Time{}
+		}
+		return a, Pending, now.Add(r.cfg.Backoff(n))
+	default: // OutcomeUnknown, or an executor that could not tell
+		a.Outcome = OutcomeUnknown
+		if eff.OnUnknown == config.OnUnknownRetry {
+			next = now.Add(r.cfg.Backoff(n))
+		}
+		return a, Unknown, next
+	}
+}
+
+// finishAs closes key's in-flight attempt with a, moving it to status to.
+func finishAs(l *Ledger, key string, a Attempt, to Status, next time.Time) (Entry, error) {
+	switch to {
+	case Succeeded:
+		return l.Succeed(key, a)
+	case Failed:
+		return l.Fail(key, a)
+	case Pending:
+		return l.Retry(key, a, next)
+	default:
+		return l.MarkUnknown(key, a, next)
+	}
 }
 
 func (r *Runner) changed(e Entry) {
