@@ -129,7 +129,7 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 		delay   time.Duration // the receiver's
 		overrun bool
 	}{
-		{name: "in time", timeout: time.Second, delay: 300 * time.Millisecond},
+		{name: "in time", timeout: 1500 * time.Millisecond, delay: 200 * time.Millisecond},
 		{name: "overrun", timeout: 100 * time.Millisecond, delay: 2 * time.Second, overrun: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package sideeffects
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,12 +15,14 @@ import (
 )
 
 // hangTimeout is the webhook timeout where a test wants it to expire (the
-// receiver hangs), or where it wants an unknown outcome retried soon (the
-// retry waits for the attempt's deadline); every other test uses a long one,
-// so that a loaded machine cannot turn a success into an unknown outcome.
+// receiver hangs); retryTimeout where it wants an unknown outcome retried
+// soon (the retry waits for the attempt's deadline) and the retry to succeed
+// within it; every other test uses a long one, so that a loaded machine
+// cannot turn a success into an unknown outcome.
 const (
-	hangTimeout = 200 * time.Millisecond
-	longTimeout = 10 * time.Second
+	hangTimeout  = 200 * time.Millisecond
+	retryTimeout = 500 * time.Millisecond
+	longTimeout  = 10 * time.Second
 )
 
 func quickBackoff(int) time.Duration { return time.Millisecond }
@@ -82,7 +85,7 @@ func TestRunnerScenarios(t *testing.T) {
 		applied   int
 		outcomes  []Outcome
 		ref       string
-		short     bool // the timeout is hangTimeout
+		timeout   time.Duration // 0: longTimeout
 	}{
 		{name: "succeed", status: Succeeded, attempts: 1, requests: 1, applied: 1,
 			outcomes: []Outcome{OutcomeSucceeded}, ref: "ref-k"},
@@ -92,17 +95,17 @@ func TestRunnerScenarios(t *testing.T) {
 			outcomes: []Outcome{OutcomeRetryable, OutcomeRetryable, OutcomeRetryable}},
 		{name: "400 is terminal", b: failTimes(100, 400), status: Failed, attempts: 1, requests: 1,
 			outcomes: []Outcome{OutcomeFailed}},
-		{name: "hang past timeout, retry with same key", b: hangFirst(1), onUnknown: config.OnUnknownRetry, short: true,
+		{name: "hang past timeout, retry with same key", b: hangFirst(1), onUnknown: config.OnUnknownRetry, timeout: hangTimeout,
 			status: Succeeded, attempts: 2, requests: 2, applied: 1,
 			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
-		{name: "hang past timeout, park", b: hangFirst(1), onUnknown: config.OnUnknownPark, short: true,
+		{name: "hang past timeout, park", b: hangFirst(1), onUnknown: config.OnUnknownPark, timeout: hangTimeout,
 			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
-		{name: "connection dropped, retry with same key", b: dropFirst(1), onUnknown: config.OnUnknownRetry, short: true,
+		{name: "connection dropped, retry with same key", b: dropFirst(1), onUnknown: config.OnUnknownRetry, timeout: retryTimeout,
 			status: Succeeded, attempts: 2, requests: 2, applied: 1,
 			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
 		{name: "connection dropped, park", b: dropFirst(1), onUnknown: config.OnUnknownPark,
 			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
-		{name: "unknown every time stays unknown after maxAttempts", b: dropFirst(100), onUnknown: config.OnUnknownRetry, max: 3, short: true,
+		{name: "unknown every time stays unknown after maxAttempts", b: dropFirst(100), onUnknown: config.OnUnknownRetry, max: 3, timeout: retryTimeout,
 			status: Unknown, attempts: 3, requests: 3, applied: 1,
 			outcomes: []Outcome{OutcomeUnknown, OutcomeUnknown, OutcomeUnknown}},
 	} {
@@ -110,10 +113,7 @@ func TestRunnerScenarios(t *testing.T) {
 			t.Parallel()
 			rc := newReceiver(t, tc.b)
 			store := NewMemStore()
-			timeout := longTimeout
-			if tc.short {
-				timeout = hangTimeout
-			}
+			timeout := cmp.Or(tc.timeout, longTimeout)
 			r := newTestRunnerTimeout(t, store, rc, tc.onUnknown, tc.max, 2, timeout)
 			stop := runRunner(t, r)
 			in := testIntent(t, "k", "fx", "p")
@@ -283,7 +283,7 @@ func TestRunnerCrashRecoveryPark(t *testing.T) {
 // in-flight by a previous owner (recovered as unknown, NextAttempt zero) or
 // lost its connection here (the receiver may still be working on it).
 func TestUnknownWaitsForDeadline(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	const timeout = retryTimeout
 	for _, tc := range []struct {
 		name string
 		b    behaviour
@@ -354,7 +354,8 @@ func TestCallBoundedByDeadline(t *testing.T) {
 	runRunner(t, r)
 	r.Offer(testIntent(t, "k", "fx", "p").Value)
 	e := waitStatus(t, store, "k", Succeeded)
-	if want := e.History[0].Start.Add(250 * time.Millisecond); !bounded || deadline.Sub(want).Abs() > 5*time.Millisecond {
+	// Not to the nanosecond: the Runner reads its clock twice.
+	if want := e.History[0].Start.Add(250 * time.Millisecond); !bounded || deadline.Sub(want).Abs() > 50*time.Millisecond {
 		t.Fatalf("call deadline %v (set %v), want the attempt's start + timeout %v", deadline, bounded, want)
 	}
 }
