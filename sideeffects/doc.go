@@ -30,7 +30,12 @@
 //     Idempotency-Key) or parked until an operator resolves it
 //     (Ledger.Resolve, "projector effects resolve"). It is never marked failed
 //     or succeeded by the executor on its own, not even when maxAttempts is
-//     exhausted: it then stays unknown for the operator.
+//     exhausted: it then stays unknown for the operator. A retry happens no
+//     sooner than the unknown attempt's deadline (its start plus the effect's
+//     timeout, plus DeadlineMargin for clock skew), and every call is
+//     cancelled at its deadline: the call it retries, made by whichever
+//     instance, has been given up by then, so a receiver is never sent a
+//     second request for a key while the first may be open (CONTRACT.md §6).
 //  4. The ledger is the only authority. The Runner's in-memory schedule is a
 //     hint; every execution decision is re-read from the ledger inside the
 //     transaction that starts the attempt, so stale or duplicate schedule
@@ -38,6 +43,12 @@
 //  5. The ledger reads and writes only through the KV it is given (a staged
 //     state.Txn in the processor), so none of its writes outlives an aborted
 //     Kafka transaction, and all of them reach the changelog.
+//  6. One call per key at a time in a process. A Runner holds the key's slot
+//     in Calls, shared by a Worker's Runners, from before it commits the
+//     in-flight mark until it has recorded the outcome; a Runner whose
+//     partition was revoked while its call ran hands the outcome over there,
+//     and the partition's next Runner in the process records it
+//     (Ledger.Settle) instead of calling again.
 //
 // Rebuild mode (DESIGN.md invariant 7) is the caller's concern: in rebuild
 // the processor neither produces intents nor runs a Runner.

@@ -48,6 +48,8 @@ type KV interface {
 //	   └──────Retry───────┘ └─MarkUnknown/Recover─▶ unknown
 //	unknown ──Start (onUnknown: retry, same key)──▶ in-flight
 //	unknown ──Resolve(succeeded|failed, note)──▶ succeeded | failed (Resolution set)
+//	in-flight | unknown ──Settle(n)──▶ as Succeed/Fail/Retry/MarkUnknown, for
+//	                                   the handed-over outcome of last attempt n
 type Status uint8
 
 // The statuses. The zero Status is invalid.
@@ -266,6 +268,11 @@ func (l *Ledger) finish(key, op string, a Attempt, to Status, next time.Time) (E
 	if e.Status != InFlight {
 		return e, &TransitionError{Key: key, Op: op, From: e.Status}
 	}
+	return l.close(e, a, to, next)
+}
+
+// close writes a as the outcome of e's last attempt and moves e to status.
+func (l *Ledger) close(e Entry, a Attempt, to Status, next time.Time) (Entry, error) {
 	if n := len(e.History); n > 0 {
 		// Start wrote the attempt's number and start time; keep them.
 		cur := &e.History[n-1]
@@ -316,6 +323,29 @@ func (l *Ledger) Retry(key string, a Attempt, next time.Time) (Entry, error) {
 // the same key may happen under onUnknown: retry; it is ignored under park.
 func (l *Ledger) MarkUnknown(key string, a Attempt, next time.Time) (Entry, error) {
 	return l.finish(key, "mark unknown", a, Unknown, next)
+}
+
+// Settle records the outcome of attempt n that the Runner which made the call
+// could not record (its partition was revoked while the call ran) and handed
+// over (Calls): to is Succeeded, Failed, Pending (a retry, due at next) or
+// Unknown (next as in MarkUnknown). The entry must be in-flight or unknown —
+// the new owner's Recover turns the in-flight mark into unknown — with n as
+// its last attempt; anything else means the ledger has moved on (another
+// attempt started, an operator resolved the key) and the outcome is stale,
+// so it is refused.
+func (l *Ledger) Settle(key string, n int, a Attempt, to Status, next time.Time) (Entry, error) {
+	if to != Succeeded && to != Failed && to != Pending && to != Unknown {
+		return Entry{}, fmt.Errorf("sideeffects: settle %q: cannot settle as %s", key, to)
+	}
+	e, err := l.mustGet(key)
+	if err != nil {
+		return Entry{}, err
+	}
+	last := len(e.History) - 1
+	if (e.Status != InFlight && e.Status != Unknown) || e.Attempts != n || last < 0 || e.History[last].N != n {
+		return e, &TransitionError{Key: key, Op: fmt.Sprintf("settle attempt %d (the last is %d)", n, e.Attempts), From: e.Status}
+	}
+	return l.close(e, a, to, next)
 }
 
 // Resolve settles an unknown entry by hand: unknown → succeeded or failed,

@@ -139,6 +139,65 @@ func TestLedgerTransitions(t *testing.T) {
 	}
 }
 
+// Settle records a handed-over outcome of attempt n only while the entry
+// waits for it: in-flight or unknown (after Recover) with n as its last
+// attempt. Anything else is stale and refused.
+func TestLedgerSettle(t *testing.T) {
+	l := NewLedger(NewMemKV(), nil)
+	for _, k := range []string{"flight", "recovered", "moved-on", "resolved", "pending"} {
+		l.Offer(testIntent(t, k, "fx", "p"), t0)
+	}
+	for _, k := range []string{"flight", "recovered", "moved-on", "resolved"} {
+		l.Start(k, t0)
+	}
+	l.Recover(t0.Add(time.Second)) // all but "pending" are unknown at attempt 1 now
+	l.Start("flight", t0.Add(2*time.Second))
+	l.Start("moved-on", t0.Add(2*time.Second))
+	l.Resolve("resolved", Failed, "by hand", t0)
+
+	ok := Attempt{Duration: time.Second, Outcome: OutcomeSucceeded, StatusCode: 201, Ref: "R"}
+	// In-flight at attempt 2.
+	e, err := l.Settle("flight", 2, ok, Succeeded, time.Time{})
+	if err != nil || e.Status != Succeeded || e.Ref != "R" || e.Attempts != 2 || e.History[1].StatusCode != 201 {
+		t.Fatalf("settle in-flight: %+v %v", e, err)
+	}
+	// Unknown at attempt 1 (Recover's note is replaced by the real outcome).
+	e, err = l.Settle("recovered", 1, ok, Succeeded, time.Time{})
+	if err != nil || e.Status != Succeeded || e.History[0].Outcome != OutcomeSucceeded || e.History[0].Error != "" {
+		t.Fatalf("settle unknown: %+v %v", e, err)
+	}
+	// Other outcomes, like finish's.
+	l.Offer(testIntent(t, "retry", "fx", "p"), t0)
+	l.Start("retry", t0)
+	next := t0.Add(time.Minute)
+	if e, err = l.Settle("retry", 1, Attempt{StatusCode: 503}, Pending, next); err != nil ||
+		e.Status != Pending || !e.NextAttempt.Equal(next) || e.History[0].Outcome != OutcomeRetryable {
+		t.Fatalf("settle as retry: %+v %v", e, err)
+	}
+
+	// Refused: another attempt started since, a settled key, a key never
+	// started, an attempt that is not the last, a status that is no outcome.
+	_, err = l.Settle("moved-on", 1, ok, Succeeded, time.Time{})
+	wantIllegal(t, "settle an earlier attempt", err)
+	_, err = l.Settle("flight", 2, ok, Failed, time.Time{})
+	wantIllegal(t, "settle succeeded", err)
+	_, err = l.Settle("resolved", 1, ok, Succeeded, time.Time{})
+	wantIllegal(t, "settle resolved", err)
+	_, err = l.Settle("pending", 0, ok, Succeeded, time.Time{})
+	wantIllegal(t, "settle pending", err)
+	_, err = l.Settle("moved-on", 3, ok, Succeeded, time.Time{})
+	wantIllegal(t, "settle a future attempt", err)
+	if _, err = l.Settle("moved-on", 2, ok, InFlight, time.Time{}); err == nil || errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("settle as in-flight: %v", err)
+	}
+	if _, err = l.Settle("nope", 1, ok, Succeeded, time.Time{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("settle a missing key: %v", err)
+	}
+	if e, _, _ := l.Get("moved-on"); e.Status != InFlight || e.Attempts != 2 {
+		t.Fatalf("refused settles changed the entry: %+v", e)
+	}
+}
+
 func mustEncode(t *testing.T, e *Entry) []byte {
 	t.Helper()
 	b, err := encodeEntry(e)

@@ -35,14 +35,29 @@ type Effect struct {
 	MaxAttempts int
 	// OnUnknown is config.OnUnknownRetry (default) or config.OnUnknownPark.
 	OnUnknown string
+	// Timeout bounds one call: the Runner cancels it at the attempt's start
+	// (as recorded in the ledger) plus Timeout, and retries an unknown
+	// outcome no sooner than that deadline plus DeadlineMargin. Zero takes
+	// the executor's own timeout if it is a *Webhook with one, else
+	// config.DefaultWebhookTimeout.
+	Timeout time.Duration
 }
+
+// DeadlineMargin is added to an attempt's deadline (its start plus the
+// effect's Timeout) before its unknown outcome may be retried. The start was
+// read from the clock of the instance that made the call, and the retry is
+// decided by another instance's clock after a rebalance or a crash; hosts
+// kept by NTP agree to within milliseconds, so a second covers their skew,
+// and a call's own scheduling lag, with room to spare.
+const DeadlineMargin = time.Second
 
 // EffectsFromConfig builds the Runner's effects from the configuration, each
 // with a Webhook executor.
 func EffectsFromConfig(ses []config.SideEffect) map[string]Effect {
 	m := make(map[string]Effect, len(ses))
 	for _, s := range ses {
-		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown}
+		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,
+			Timeout: time.Duration(s.Webhook.Timeout)}
 	}
 	return m
 }
@@ -66,6 +81,15 @@ type RunnerConfig struct {
 	OnChange func(Entry)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Calls is the registry of calls in flight in this process, shared by
+	// the Runners that may execute the same keys: a Worker's Runners, and
+	// above all the successive Runners of one partition. Nil gives the
+	// Runner its own.
+	Calls *Calls
+	// Scope names the Runner's ledger among those sharing Calls (the
+	// worker's: the partition's task prefix), so that a handed-over outcome
+	// is recorded only in the ledger its attempt belongs to.
+	Scope string
 }
 
 // Validate reports a configuration the Runner cannot work with.
@@ -83,6 +107,9 @@ func (c *RunnerConfig) Validate() error {
 		}
 		if e.MaxAttempts < 0 {
 			errs = append(errs, fmt.Errorf("sideeffects: effect %s: MaxAttempts must not be negative", name))
+		}
+		if e.Timeout < 0 {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: Timeout must not be negative", name))
 		}
 		if e.OnUnknown != "" && e.OnUnknown != config.OnUnknownRetry && e.OnUnknown != config.OnUnknownPark {
 			errs = append(errs, fmt.Errorf("sideeffects: effect %s: OnUnknown must be %q or %q, got %q",
@@ -102,6 +129,9 @@ func (c *RunnerConfig) applyDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Calls == nil {
+		c.Calls = NewCalls()
+	}
 	if c.Backoff == nil {
 		var mu sync.Mutex
 		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
@@ -119,6 +149,12 @@ func (c *RunnerConfig) applyDefaults() {
 		if e.OnUnknown == "" {
 			e.OnUnknown = config.OnUnknownRetry
 		}
+		if e.Timeout == 0 {
+			e.Timeout = config.DefaultWebhookTimeout
+			if w, ok := e.Executor.(*Webhook); ok && w.Timeout > 0 {
+				e.Timeout = w.Timeout
+			}
+		}
 		effects[name] = e
 	}
 	c.Effects = effects
@@ -130,13 +166,22 @@ func (c *RunnerConfig) applyDefaults() {
 //
 // Order per attempt, which is what makes invariant 2 hold:
 //
+//  0. Hold the key's slot in Calls, waiting while another Runner of this
+//     process still has a call for it; if that Runner handed its outcome
+//     over, record it (Ledger.Settle) and stop here.
 //  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
-//  2. Only then call the executor.
+//  2. Only then call the executor, until the attempt's deadline (its start
+//     plus Effect.Timeout).
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
-//     unknown). Commit.
+//     unknown). Commit. If that fails (the partition was revoked), hand the
+//     outcome over through Calls to the key's next Runner in this process.
+//  4. Free the slot.
 //
 // A crash between 1 and 3 leaves the entry in-flight; the next Run begins
-// with Ledger.Recover, which turns it into unknown.
+// with Ledger.Recover, which turns it into unknown. An unknown entry is
+// retried no sooner than its last attempt's deadline plus DeadlineMargin, so
+// that a call another instance may still be making has ended first; within
+// one process, Calls keeps Runners from overlapping whatever the clock says.
 //
 // Store errors are fatal to Run: without the store the Runner can neither
 // guarantee invariant 2 nor record outcomes, and the restart's Recover puts
@@ -306,7 +351,16 @@ func (r *Runner) runnable(e Entry) (time.Time, bool) {
 		// Parked, or out of attempts: an unknown outcome is never retried
 		// without a policy that says the receiver honours the key.
 		if eff.OnUnknown == config.OnUnknownRetry && e.Attempts < eff.MaxAttempts {
-			return e.NextAttempt, true
+			// The unknown attempt may still be running, made by another
+			// instance or an earlier Runner (Recover cannot tell a call
+			// that stopped from one that goes on): not before it is over.
+			due := e.NextAttempt
+			if n := len(e.History); n > 0 {
+				if d := e.History[n-1].Start.Add(eff.Timeout + DeadlineMargin); d.After(due) {
+					due = d
+				}
+			}
+			return due, true
 		}
 	}
 	return time.Time{}, false
@@ -314,12 +368,30 @@ func (r *Runner) runnable(e Entry) (time.Time, bool) {
 
 // process runs one attempt of key, if the ledger says it is due.
 func (r *Runner) process(ctx context.Context, key string) error {
+	// One call per key in this process: a slot still held is the call of
+	// an earlier Runner of this partition, revoked and given back to us.
+	slot, err := r.cfg.Calls.Acquire(ctx, key)
+	if err != nil {
+		return nil // shutting down: the key stays for the next Runner
+	}
+	defer slot.Release()
+	if o, ok := slot.Take(r.cfg.Scope); ok {
+		settled, err := r.settle(key, o)
+		if err != nil {
+			slot.HandOver(o) // still unrecorded: keep it for the next Runner
+			return err
+		}
+		if settled {
+			return nil
+		}
+	}
+
 	var (
 		e     Entry
 		start bool
 		later time.Time
 	)
-	err := r.cfg.Store.Update(func(l *Ledger) error {
+	err = r.cfg.Store.Update(func(l *Ledger) error {
 		start, later = false, time.Time{}
 		cur, ok, err := l.Get(key)
 		if err != nil || !ok {
@@ -354,40 +426,26 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	if perr != nil {
 		in = Intent{Key: e.Key, Effect: e.Effect, Value: e.Intent}
 	}
-	// Not cancelled with ctx: a shutdown lets the call finish (bounded by
-	// the executor's timeout) rather than manufacture an unknown outcome.
-	res := eff.Executor.Execute(context.WithoutCancel(ctx), in, e.Intent)
+	// Not cancelled with ctx: a shutdown or a revoke lets the call finish
+	// rather than manufacture an unknown outcome. It is bounded by the
+	// attempt's deadline, which is what a Runner elsewhere waits for before
+	// it retries an unknown outcome of this attempt.
+	deadline := e.History[len(e.History)-1].Start.Add(eff.Timeout)
+	callCtx, cancelCall := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(r.cfg.Now()))
+	res := eff.Executor.Execute(callCtx, in, e.Intent)
+	cancelCall()
 
-	a := Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
-	if res.Err != nil {
-		a.Error = res.Err.Error()
-	}
 	var done Entry
 	err = r.cfg.Store.Update(func(l *Ledger) (err error) {
-		now := r.cfg.Now()
-		switch res.Outcome {
-		case OutcomeSucceeded:
-			done, err = l.Succeed(key, a)
-		case OutcomeFailed:
-			done, err = l.Fail(key, a)
-		case OutcomeRetryable:
-			if e.Attempts >= eff.MaxAttempts {
-				a.Error = fmt.Sprintf("%s; giving up after %d attempts", a.Error, e.Attempts)
-				done, err = l.Fail(key, a)
-			} else {
-				done, err = l.Retry(key, a, now.Add(r.cfg.Backoff(e.Attempts)))
-			}
-		default: // OutcomeUnknown, or an executor that could not tell
-			a.Outcome = OutcomeUnknown
-			var next time.Time
-			if eff.OnUnknown == config.OnUnknownRetry {
-				next = now.Add(r.cfg.Backoff(e.Attempts))
-			}
-			done, err = l.MarkUnknown(key, a, next)
-		}
+		a, to, next := r.outcome(eff, e.Attempts, res)
+		done, err = finishAs(l, key, a, to, next)
 		return err
 	})
 	if err != nil {
+		// The partition was revoked while the call ran, or the store
+		// failed. The outcome is real: if this process gets the partition
+		// back, its next Runner records it rather than calling again.
+		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: e.Attempts, Result: res})
 		return fmt.Errorf("sideeffects: record %q: %w", key, err)
 	}
 	r.changed(done)
@@ -395,6 +453,91 @@ func (r *Runner) process(ctx context.Context, key string) error {
 		r.schedule(key, due)
 	}
 	return nil
+}
+
+// settle records the outcome an earlier Runner handed over, if the ledger
+// still waits for it (the entry is in-flight or unknown at the orphan's
+// attempt), and reports whether it did. A stale orphan is dropped.
+func (r *Runner) settle(key string, o Orphan) (bool, error) {
+	var (
+		done  Entry
+		stale error
+	)
+	err := r.cfg.Store.Update(func(l *Ledger) error {
+		stale = nil
+		cur, ok, err := l.Get(key)
+		if err != nil || !ok {
+			stale = ErrNotFound
+			return err
+		}
+		eff, ok := r.cfg.Effects[cur.Effect]
+		if !ok {
+			stale = fmt.Errorf("sideeffects: effect %q is not this Runner's", cur.Effect)
+			return nil
+		}
+		a, to, next := r.outcome(eff, o.N, o.Result)
+		done, err = l.Settle(key, o.N, a, to, next)
+		if errors.Is(err, ErrIllegalTransition) {
+			stale, err = err, nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("sideeffects: settle %q: %w", key, err)
+	}
+	if stale != nil {
+		r.cfg.Logger.Info("dropped the outcome of an earlier call: the ledger has moved on", "key", key, "attempt", o.N, "reason", stale)
+		return false, nil
+	}
+	r.cfg.Logger.Info("recorded the outcome of a call made before the partition was reassigned",
+		"key", key, "attempt", o.N, "outcome", o.Result.Outcome, "status", done.Status)
+	r.changed(done)
+	if due, ok := r.runnable(done); ok {
+		r.schedule(key, due)
+	}
+	return true, nil
+}
+
+// outcome is the ledger's record of attempt n's result: the attempt, the
+// status it moves the entry to and, for a retry, when.
+func (r *Runner) outcome(eff Effect, n int, res Result) (a Attempt, to Status, next time.Time) {
+	a = Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
+	if res.Err != nil {
+		a.Error = res.Err.Error()
+	}
+	now := r.cfg.Now()
+	switch res.Outcome {
+	case OutcomeSucceeded:
+		return a, Succeeded, time.Time{}
+	case OutcomeFailed:
+		return a, Failed, time.Time{}
+	case OutcomeRetryable:
+		if n >= eff.MaxAttempts {
+			a.Error = fmt.Sprintf("%s; giving up after %d attempts", a.Error, n)
+			return a, Failed, time.Time{}
+		}
+		return a, Pending, now.Add(r.cfg.Backoff(n))
+	default: // OutcomeUnknown, or an executor that could not tell
+		a.Outcome = OutcomeUnknown
+		if eff.OnUnknown == config.OnUnknownRetry {
+			next = now.Add(r.cfg.Backoff(n))
+		}
+		return a, Unknown, next
+	}
+}
+
+// finishAs closes key's in-flight attempt with a, moving it to status to.
+func finishAs(l *Ledger, key string, a Attempt, to Status, next time.Time) (Entry, error) {
+	switch to {
+	case Succeeded:
+		return l.Succeed(key, a)
+	case Failed:
+		return l.Fail(key, a)
+	case Pending:
+		return l.Retry(key, a, next)
+	default:
+		return l.MarkUnknown(key, a, next)
+	}
 }
 
 func (r *Runner) changed(e Entry) {

@@ -1,9 +1,11 @@
 package sideeffects
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,11 +15,14 @@ import (
 )
 
 // hangTimeout is the webhook timeout where a test wants it to expire (the
-// receiver hangs); every other test uses a long one, so that a loaded machine
+// receiver hangs); retryTimeout where it wants an unknown outcome retried
+// soon (the retry waits for the attempt's deadline) and the retry to succeed
+// within it; every other test uses a long one, so that a loaded machine
 // cannot turn a success into an unknown outcome.
 const (
-	hangTimeout = 200 * time.Millisecond
-	longTimeout = 10 * time.Second
+	hangTimeout  = 200 * time.Millisecond
+	retryTimeout = 500 * time.Millisecond
+	longTimeout  = 10 * time.Second
 )
 
 func quickBackoff(int) time.Duration { return time.Millisecond }
@@ -80,7 +85,7 @@ func TestRunnerScenarios(t *testing.T) {
 		applied   int
 		outcomes  []Outcome
 		ref       string
-		hang      bool
+		timeout   time.Duration // 0: longTimeout
 	}{
 		{name: "succeed", status: Succeeded, attempts: 1, requests: 1, applied: 1,
 			outcomes: []Outcome{OutcomeSucceeded}, ref: "ref-k"},
@@ -90,17 +95,17 @@ func TestRunnerScenarios(t *testing.T) {
 			outcomes: []Outcome{OutcomeRetryable, OutcomeRetryable, OutcomeRetryable}},
 		{name: "400 is terminal", b: failTimes(100, 400), status: Failed, attempts: 1, requests: 1,
 			outcomes: []Outcome{OutcomeFailed}},
-		{name: "hang past timeout, retry with same key", b: hangFirst(1), onUnknown: config.OnUnknownRetry, hang: true,
+		{name: "hang past timeout, retry with same key", b: hangFirst(1), onUnknown: config.OnUnknownRetry, timeout: hangTimeout,
 			status: Succeeded, attempts: 2, requests: 2, applied: 1,
 			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
-		{name: "hang past timeout, park", b: hangFirst(1), onUnknown: config.OnUnknownPark, hang: true,
+		{name: "hang past timeout, park", b: hangFirst(1), onUnknown: config.OnUnknownPark, timeout: hangTimeout,
 			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
-		{name: "connection dropped, retry with same key", b: dropFirst(1), onUnknown: config.OnUnknownRetry,
+		{name: "connection dropped, retry with same key", b: dropFirst(1), onUnknown: config.OnUnknownRetry, timeout: retryTimeout,
 			status: Succeeded, attempts: 2, requests: 2, applied: 1,
 			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
 		{name: "connection dropped, park", b: dropFirst(1), onUnknown: config.OnUnknownPark,
 			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
-		{name: "unknown every time stays unknown after maxAttempts", b: dropFirst(100), onUnknown: config.OnUnknownRetry, max: 3,
+		{name: "unknown every time stays unknown after maxAttempts", b: dropFirst(100), onUnknown: config.OnUnknownRetry, max: 3, timeout: retryTimeout,
 			status: Unknown, attempts: 3, requests: 3, applied: 1,
 			outcomes: []Outcome{OutcomeUnknown, OutcomeUnknown, OutcomeUnknown}},
 	} {
@@ -108,10 +113,7 @@ func TestRunnerScenarios(t *testing.T) {
 			t.Parallel()
 			rc := newReceiver(t, tc.b)
 			store := NewMemStore()
-			timeout := longTimeout
-			if tc.hang {
-				timeout = hangTimeout
-			}
+			timeout := cmp.Or(tc.timeout, longTimeout)
 			r := newTestRunnerTimeout(t, store, rc, tc.onUnknown, tc.max, 2, timeout)
 			stop := runRunner(t, r)
 			in := testIntent(t, "k", "fx", "p")
@@ -275,6 +277,89 @@ func TestRunnerCrashRecoveryPark(t *testing.T) {
 	}
 }
 
+// TestUnknownWaitsForDeadline: an unknown outcome is retried no sooner than
+// its attempt's deadline (start + the effect's timeout + DeadlineMargin), so
+// that the call it stands for has ended: whether the attempt was left
+// in-flight by a previous owner (recovered as unknown, NextAttempt zero) or
+// lost its connection here (the receiver may still be working on it).
+func TestUnknownWaitsForDeadline(t *testing.T) {
+	const timeout = retryTimeout
+	for _, tc := range []struct {
+		name string
+		b    behaviour
+		prev bool // a previous owner started attempt 1
+	}{
+		{name: "recovered from a previous owner", prev: true},
+		{name: "connection lost", b: dropFirst(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var arrived []time.Time
+			rc := newReceiver(t, func(rc *receiver, w http.ResponseWriter, r *http.Request, key string, n int) bool {
+				mu.Lock()
+				arrived = append(arrived, time.Now())
+				mu.Unlock()
+				return tc.b != nil && tc.b(rc, w, r, key, n)
+			})
+			store := NewMemStore()
+			in := testIntent(t, "k", "fx", "p")
+			if tc.prev {
+				if err := store.Update(func(l *Ledger) error {
+					l.Offer(in, time.Now())
+					_, err := l.Start("k", time.Now())
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := newTestRunnerTimeout(t, store, rc, config.OnUnknownRetry, 0, 2, timeout)
+			runRunner(t, r)
+			if !tc.prev {
+				r.Offer(in.Value)
+			}
+			e := waitStatus(t, store, "k", Succeeded)
+			if e.Attempts != 2 || e.History[0].Outcome != OutcomeUnknown {
+				t.Fatalf("entry %+v", e)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			retry := arrived[len(arrived)-1]
+			deadline := e.History[0].Start.Add(timeout + DeadlineMargin)
+			if retry.Before(deadline) {
+				t.Fatalf("retried %v before the unknown attempt's deadline", deadline.Sub(retry))
+			}
+			if e.History[1].Start.Before(deadline) {
+				t.Fatalf("attempt 2 started at %v, deadline %v", e.History[1].Start, deadline)
+			}
+			t.Logf("attempt 1 at %s, retry %v after it (deadline %v after it)", e.History[0].Start.Format(time.StampMilli),
+				retry.Sub(e.History[0].Start).Round(time.Millisecond), timeout+DeadlineMargin)
+		})
+	}
+}
+
+// The call is bounded by the attempt's deadline as the ledger records it
+// (start + Effect.Timeout), not by the executor's own, possibly longer
+// timeout counted from a later moment: the deadline is what another Runner
+// waits for before it retries.
+func TestCallBoundedByDeadline(t *testing.T) {
+	store := NewMemStore()
+	var deadline time.Time
+	var bounded bool
+	probe := executorFunc(func(ctx context.Context, in Intent, body []byte) Result {
+		deadline, bounded = ctx.Deadline()
+		return Result{Outcome: OutcomeSucceeded}
+	})
+	r, _ := NewRunner(RunnerConfig{Store: store, Effects: map[string]Effect{"fx": {Executor: probe, Timeout: 250 * time.Millisecond}}})
+	runRunner(t, r)
+	r.Offer(testIntent(t, "k", "fx", "p").Value)
+	e := waitStatus(t, store, "k", Succeeded)
+	// Not to the nanosecond: the Runner reads its clock twice.
+	if want := e.History[0].Start.Add(250 * time.Millisecond); !bounded || deadline.Sub(want).Abs() > 50*time.Millisecond {
+		t.Fatalf("call deadline %v (set %v), want the attempt's start + timeout %v", deadline, bounded, want)
+	}
+}
+
 // N workers bound the concurrent calls; every key runs exactly once.
 func TestRunnerConcurrency(t *testing.T) {
 	rc := newReceiver(t, nil)
@@ -385,7 +470,8 @@ func TestRunnerConfig(t *testing.T) {
 	}
 	effects := EffectsFromConfig([]config.SideEffect{{Name: "a", Webhook: config.Webhook{URL: "http://h/x", Timeout: config.Duration(time.Second)},
 		MaxAttempts: 3, OnUnknown: config.OnUnknownPark}})
-	if e := effects["a"]; e.MaxAttempts != 3 || e.OnUnknown != config.OnUnknownPark || e.Executor.(*Webhook).Timeout != time.Second {
+	if e := effects["a"]; e.MaxAttempts != 3 || e.OnUnknown != config.OnUnknownPark || e.Executor.(*Webhook).Timeout != time.Second ||
+		e.Timeout != time.Second {
 		t.Fatalf("EffectsFromConfig: %+v", e)
 	}
 	r, _ := NewRunner(RunnerConfig{Store: NewMemStore()})

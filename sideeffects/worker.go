@@ -77,6 +77,9 @@ type Worker struct {
 	runnersWG sync.WaitGroup
 	runCtx    context.Context
 	stats     *WorkerStats
+	// calls is shared by all the worker's Runners: a partition's new Runner
+	// must see the calls its revoked predecessor still has in flight.
+	calls *Calls
 }
 
 // WorkerStats counts what the worker committed.
@@ -169,6 +172,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.SessionTimeout = 45 * time.Second
 	}
 	w := &Worker{cfg: cfg, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
+	w.calls = NewCalls()
 	w.loop = eos.New(eos.Config{
 		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID, InstanceID: cfg.InstanceID,
 		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
@@ -255,6 +259,7 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	r, err := NewRunner(RunnerConfig{
 		Store: &taskStore{w: w, task: t}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
 		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
+		Calls: w.calls, Scope: string(t.Prefix),
 		OnChange: func(e Entry) {
 			w.stats.add(e.Effect, e.Status.String())
 			if w.cfg.OnChange != nil {
