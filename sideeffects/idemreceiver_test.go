@@ -33,6 +33,9 @@ type IdemKey struct {
 	Replays   int // 200 with Idempotent-Replayed
 	Open      int // requests being processed now
 	MaxOpen   int // the most ever open at once
+	// ByPath counts the requests by URL path: a test gives each caller
+	// (executor instance) its own path.
+	ByPath map[string]int
 }
 
 // NewIdemReceiver starts a receiver that takes delay() to process each
@@ -51,10 +54,11 @@ func (rc *IdemReceiver) serve(w http.ResponseWriter, r *http.Request) {
 	rc.mu.Lock()
 	k := rc.keys[key]
 	if k == nil {
-		k = &IdemKey{}
+		k = &IdemKey{ByPath: map[string]int{}}
 		rc.keys[key] = k
 	}
 	k.Requests++
+	k.ByPath[r.URL.Path]++
 	busy := k.Open > 0
 	k.Open++
 	k.MaxOpen = max(k.MaxOpen, k.Open)
@@ -93,9 +97,18 @@ func (rc *IdemReceiver) Key(key string) IdemKey {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if k := rc.keys[key]; k != nil {
-		return *k
+		return k.copy()
 	}
 	return IdemKey{}
+}
+
+func (k *IdemKey) copy() IdemKey {
+	c := *k
+	c.ByPath = make(map[string]int, len(k.ByPath))
+	for p, n := range k.ByPath {
+		c.ByPath[p] = n
+	}
+	return c
 }
 
 // Keys returns what the receiver saw, by key.
@@ -104,7 +117,7 @@ func (rc *IdemReceiver) Keys() map[string]IdemKey {
 	defer rc.mu.Unlock()
 	m := make(map[string]IdemKey, len(rc.keys))
 	for key, k := range rc.keys {
-		m[key] = *k
+		m[key] = k.copy()
 	}
 	return m
 }
