@@ -196,12 +196,20 @@ func (w *Worker) Stats() *WorkerStats { return w.stats }
 // runners stop first, so that calls in progress are recorded through the
 // still-running loop, then the loop stops.
 func (w *Worker) Run(ctx context.Context) error {
-	runnersCtx, stopRunners := context.WithCancel(context.Background())
+	runnersCtx, cancelRunners := context.WithCancel(context.Background())
 	w.runCtx = runnersCtx
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- w.loop.Run(loopCtx) }()
 	w.cfg.Logger.Info("side-effect executor started", "group", w.cfg.Group(), "effectsTopic", w.cfg.EffectsTopic)
+	// Runners are started (runnersWG.Add in Restored) only under mu and
+	// while runnersCtx is live, and stopped under mu: every Add happens
+	// before the Waits below.
+	stopRunners := func() {
+		w.mu.Lock()
+		cancelRunners()
+		w.mu.Unlock()
+	}
 	var err error
 	select {
 	case err = <-errc:
@@ -271,9 +279,16 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 		cancel()
 		return err
 	}
+	w.mu.Lock()
+	if ctx.Err() != nil { // the worker is stopping: start no Runner
+		w.mu.Unlock()
+		cancel()
+		return nil
+	}
+	w.runnersWG.Add(1)
+	w.mu.Unlock()
 	wt.runner = r
 	t.Data = wt
-	w.runnersWG.Add(1)
 	w.stats.track(r, true)
 	go func() {
 		defer w.runnersWG.Done()
