@@ -21,16 +21,27 @@ type Figure struct {
 	Dup, Lost, AbortedVisible, NonMonotonic, Diff int
 	// Unexpected keys (not in the reference) and dead-letter problems are
 	// counted into Diff: both are a projection that differs from the model.
+
+	// Effects is the side-effect part, when the run had side effects.
+	Effects *EffectsReport
 }
 
 func (f Figure) String() string {
 	return fmt.Sprintf("%d events, %d dupes injected, %d crashes, %d aborts, %d faults; output dup %d, lost %d, aborted-visible %d, nonmonotonic %d, projection diff %d, seed %d",
-		f.Events, f.Dupes, f.Crashes, f.Aborts, f.Faults, f.Dup, f.Lost, f.AbortedVisible, f.NonMonotonic, f.Diff, f.Seed)
+		f.Events, f.Dupes, f.Crashes, f.Aborts, f.Faults, f.Dup, f.Lost, f.AbortedVisible, f.NonMonotonic, f.Diff, f.Seed) + f.effects()
+}
+
+func (f Figure) effects() string {
+	if f.Effects == nil {
+		return ""
+	}
+	return "; " + f.Effects.String()
 }
 
 // OK reports whether every checker came back clean.
 func (f Figure) OK() bool {
-	return f.Dup == 0 && f.Lost == 0 && f.AbortedVisible == 0 && f.NonMonotonic == 0 && f.Diff == 0
+	return f.Dup == 0 && f.Lost == 0 && f.AbortedVisible == 0 && f.NonMonotonic == 0 && f.Diff == 0 &&
+		(f.Effects == nil || f.Effects.OK())
 }
 
 // Checked is the outcome of Check: the figure's checker columns plus detail.
@@ -38,6 +49,7 @@ type Checked struct {
 	Projection        testkit.Report
 	DeadLetterProblem []string
 	Txn               TxnReport
+	Effects           *EffectsReport // nil without side effects
 }
 
 // Apply copies the checker results into f.
@@ -48,17 +60,25 @@ func (c Checked) Apply(f *Figure) {
 	f.Diff = c.Projection.Diff + c.Projection.Unexpected + len(c.DeadLetterProblem)
 	f.AbortedVisible = c.Txn.AbortedVisible + c.Txn.UndecidedVisible
 	f.Aborts = c.Txn.AbortMarkers
+	f.Effects = c.Effects
 }
 
 // OK reports whether all checks passed.
 func (c Checked) OK() bool {
-	return c.Projection.OK() && len(c.DeadLetterProblem) == 0 && c.Txn.AbortedVisible == 0 && c.Txn.UndecidedVisible == 0
+	return c.Projection.OK() && len(c.DeadLetterProblem) == 0 && c.Txn.AbortedVisible == 0 && c.Txn.UndecidedVisible == 0 &&
+		(c.Effects == nil || c.Effects.OK())
 }
 
 func (c Checked) String() string {
 	s := fmt.Sprintf("projection: %s; transactions: %s", c.Projection, c.Txn)
 	if n := len(c.DeadLetterProblem); n > 0 {
 		s += fmt.Sprintf("; %d dead-letter problems, first: %v", n, c.DeadLetterProblem[:min(n, 5)])
+	}
+	if c.Effects != nil {
+		s += "; " + c.Effects.String()
+		if len(c.Effects.First) > 0 {
+			s += fmt.Sprintf(" %v", c.Effects.First)
+		}
 	}
 	return s
 }
