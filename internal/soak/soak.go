@@ -450,6 +450,12 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 			w.kill()
 			return res, err
 		}
+		if !producing && pending == 0 && !w.hasExited() {
+			// A restart now would find nothing to commit.
+			res.StoppedEarly = fmt.Sprintf("the input ran out after %d kills (more --events or a lower --rate)", len(res.Kills))
+			logf("stopping the kills early: %s", res.StoppedEarly)
+			break
+		}
 		if w.hasExited() {
 			if err := selfExit(); err != nil {
 				return res, err
