@@ -165,7 +165,16 @@ type EffectsReport struct {
 	Retried   int // keys with more than one request
 	Unknown   int // ledger attempts recorded as unknown (a kill inside a call, then Recover)
 	NoKeyReqs int // requests without Idempotency-Key
-	AppliedTwice,
+	// SecondSuccess: keys answered 2xx more than once where the ledger
+	// records no unknown attempt to explain the retry (each replay must
+	// follow an attempt whose outcome the executor could not learn: a kill
+	// inside the call). A retry after a success it had learnt is the
+	// executor's fault; the receiver applying twice cannot happen (it
+	// honours the key), so this is the check for "no key with two 2xx".
+	SecondSuccess,
+	// Unrecorded: keys with more requests than the ledger's attempts: a
+	// call that no committed Start (in-flight mark) accounts for.
+	Unrecorded,
 	Concurrent, // requests that found another one for their key in flight (answered 409)
 	NotApplied, // expected keys the receiver never applied
 	UnexpectedApplied, // keys applied that the model does not expect
@@ -177,14 +186,14 @@ type EffectsReport struct {
 }
 
 func (e EffectsReport) String() string {
-	return fmt.Sprintf("effects %d keys, %d requests, %d applied, %d replays, %d unknown outcomes; 201-twice %d, concurrent %d, not applied %d, unexpected %d, intent missing/dup/unexpected %d/%d/%d, ledger unsettled %d",
-		e.Keys, e.Requests, e.Applied, e.Replays, e.Unknown, e.AppliedTwice, e.Concurrent, e.NotApplied, e.UnexpectedApplied+e.NoKeyReqs,
+	return fmt.Sprintf("effects %d keys, %d requests, %d applied, %d replays, %d unknown outcomes; second 2xx without an unknown attempt %d, calls without a committed start %d, concurrent %d, not applied %d, unexpected %d, intent missing/dup/unexpected %d/%d/%d, ledger unsettled %d",
+		e.Keys, e.Requests, e.Applied, e.Replays, e.Unknown, e.SecondSuccess, e.Unrecorded, e.Concurrent, e.NotApplied, e.UnexpectedApplied+e.NoKeyReqs,
 		e.IntentMissing, e.IntentDup, e.IntentUnexpected, e.LedgerUnsettled)
 }
 
 // OK reports whether every side-effect check passed.
 func (e EffectsReport) OK() bool {
-	return e.AppliedTwice == 0 && e.Concurrent == 0 && e.NotApplied == 0 && e.UnexpectedApplied == 0 && e.NoKeyReqs == 0 &&
+	return e.SecondSuccess == 0 && e.Unrecorded == 0 && e.Concurrent == 0 && e.NotApplied == 0 && e.UnexpectedApplied == 0 && e.NoKeyReqs == 0 &&
 		e.IntentMissing == 0 && e.IntentDup == 0 && e.IntentUnexpected == 0 && e.LedgerUnsettled == 0
 }
 
@@ -275,18 +284,28 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 			r.problem("key %s never applied", k)
 		}
 	}
+	byKey := make(map[string]sideeffects.Entry, len(entries))
+	for _, e := range entries {
+		byKey[e.Key] = e
+	}
 	for _, k := range sortedKeys(rcv.keys) {
 		s := rcv.keys[k]
+		e := byKey[k]
+		second, unrecorded := judgeCalls(s, e)
+		if second {
+			r.SecondSuccess++
+			r.problem("key %s answered 2xx %d times, the ledger records %d unknown attempts", k, s.applied+s.replays, unknownAttempts(e))
+		}
+		if unrecorded {
+			r.Unrecorded++
+			r.problem("key %s: %d requests, the ledger records %d attempts", k, s.requests, e.Attempts)
+		}
 		r.Requests += s.requests
 		r.Applied += s.applied
 		r.Replays += s.replays
 		r.Concurrent += s.concurrent
 		if s.requests > 1 {
 			r.Retried++
-		}
-		if s.applied > 1 {
-			r.AppliedTwice++
-			r.problem("key %s applied %d times (201)", k, s.applied)
 		}
 		if s.concurrent > 0 {
 			r.problem("key %s: %d requests while another was in flight", k, s.concurrent)
@@ -297,6 +316,24 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 		}
 	}
 	return r, nil
+}
+
+// judgeCalls compares what the receiver saw of one key with its ledger
+// entry: second is a 2xx answered again without an unknown attempt before it
+// (the executor retried a success it had learnt), unrecorded a request that
+// no committed attempt accounts for.
+func judgeCalls(s *keyStats, e sideeffects.Entry) (second, unrecorded bool) {
+	return s.applied+s.replays > 1 && s.replays > unknownAttempts(e), s.requests > e.Attempts
+}
+
+func unknownAttempts(e sideeffects.Entry) int {
+	n := 0
+	for _, a := range e.History {
+		if a.Outcome == sideeffects.OutcomeUnknown {
+			n++
+		}
+	}
+	return n
 }
 
 func isCommand(r *kgo.Record) bool {

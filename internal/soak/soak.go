@@ -16,8 +16,9 @@
 // (a final state that differs from the model, an unknown key, or a dead
 // letter missing, repeated or with the wrong reason), and for the side
 // effect (a webhook per applied CaseEscalated to a receiver the soak runs,
-// which honours Idempotency-Key): a key applied twice (two 201s), two
-// requests for a key in flight at once, an expected key never applied, an
+// which honours Idempotency-Key): a key answered 2xx again without an
+// unknown attempt in the ledger to explain the retry, a request no committed
+// attempt accounts for, two requests for a key in flight at once, an expected key never applied, an
 // intent missing, repeated or unexpected on the effects topic, a key not
 // succeeded in the ledger.
 //

@@ -26,7 +26,8 @@ func TestMain(m *testing.M) {
 // side-effect executor calling a webhook for every applied CaseEscalated,
 // ≥ 20 SIGKILLs at random moments under load and one broker restart.
 // Every checker must come back zero (no duplicate or lost output, no
-// projection diff, no key applied twice, no two requests for a key at once,
+// projection diff, no second 2xx for a key without an unknown attempt before
+// it, no call without a committed start, no two requests for a key at once,
 // every expected key applied and settled), each restart must commit its
 // first transaction within 5s of its process start (p99), and ≥ 90% of the
 // kills must land while the committed offsets are moving.
