@@ -204,9 +204,8 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		waitFor(t, time.Minute, "w1's calls in flight", func() bool { return open() >= 8 })
 		before := recovered.Load()
 		w2 := start("w2", dir2)
-		// Ready, not just assigned: a worker stopped while it restores a
-		// partition has Worker.Run wait on runnersWG while Restored adds
-		// to it (a data race, in Worker.Run/Restored, not exercised here).
+		// Ready, not just assigned: the revoke must find w2's Runner
+		// started (it starts at verification).
 		waitFor(t, time.Minute, "w2 to take a partition", func() bool { return assigned(w2) > 0 && w2.w.Stats().Ready() })
 		// Quick lives give the partition back to w1 while the call it
 		// had running when it lost it is still going; slow ones let w2
@@ -262,6 +261,12 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		if k.Created != 1 {
 			t.Errorf("key %s: %d applying answers (201), want 1", key, k.Created)
 		}
+		// Exactly one 2xx: a call the revoked owner could not record is
+		// recorded from its report (or handed over in-process), not
+		// made again and answered with a replay.
+		if k.Created+k.Replays != 1 {
+			t.Errorf("key %s: %d 2xx answers (%d replays), want exactly 1", key, k.Created+k.Replays, k.Replays)
+		}
 		for path, n := range k.ByPath {
 			if n > 1 {
 				t.Errorf("key %s: instance %s called it %d times", key, path, n)
@@ -272,8 +277,9 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		t.Errorf("%d keys were recorded failed", n)
 	}
 	settled := logs.count("recorded the outcome of a call made before")
-	t.Logf("%d keys, %d requests, %d replays; %d revokes of w1, %d of them during calls (%d calls caught, %d outcomes handed over in w1)",
-		len(want), requests, replays, lives, caught, recovered.Load(), settled)
+	reported := logs.count("side effect outcome recorded from the previous owner")
+	t.Logf("%d keys, %d requests, %d replays; %d revokes of w1, %d of them during calls (%d calls caught, %d outcomes handed over in w1, %d recorded from a report)",
+		len(want), requests, replays, lives, caught, recovered.Load(), settled, reported)
 	if caught == 0 {
 		t.Fatal("no revoke landed while a call was in flight: the test proved nothing")
 	}

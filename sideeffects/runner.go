@@ -90,6 +90,11 @@ type RunnerConfig struct {
 	// worker's: the partition's task prefix), so that a handed-over outcome
 	// is recorded only in the ledger its attempt belongs to.
 	Scope string
+	// Report, if set, is told the outcome of an attempt the Runner could
+	// not record (its partition was revoked during the call): the worker
+	// sends it to the partition's next owner, in whatever process, which
+	// records it instead of calling the key again (Command op "outcome").
+	Report func(key string, n int, a Attempt, to Status, next time.Time)
 }
 
 // Validate reports a configuration the Runner cannot work with.
@@ -446,6 +451,10 @@ func (r *Runner) process(ctx context.Context, key string) error {
 		// failed. The outcome is real: if this process gets the partition
 		// back, its next Runner records it rather than calling again.
 		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: e.Attempts, Result: res})
+		if r.cfg.Report != nil {
+			a, to, next := r.outcome(eff, e.Attempts, res)
+			r.cfg.Report(key, e.Attempts, a, to, next)
+		}
 		return fmt.Errorf("sideeffects: record %q: %w", key, err)
 	}
 	r.changed(done)

@@ -20,14 +20,27 @@ import (
 // command rather than an intent; its value is a Command.
 const HeaderCommand = "projector-command"
 
-// Command is an operator's instruction for one key, sent through the effects
-// topic so that it is applied by the partition's owner inside its own
-// transaction, whether or not the executor is running when it is sent.
+// Command is an instruction for one key, sent through the effects topic so
+// that it is applied by the partition's owner inside its own transaction,
+// whether or not the executor is running when it is sent. Op "resolve" is
+// an operator's (As, Note); op "outcome" is an executor's report of a call
+// it made but could no longer record because its partition was revoked
+// (Attempt, Result, As, Next): the new owner records it (Ledger.Settle)
+// instead of calling the key again once the attempt's deadline passed.
 type Command struct {
-	Op   string `json:"op"` // "resolve"
-	As   string `json:"as"` // succeeded | failed
-	Note string `json:"note,omitempty"`
+	Op      string    `json:"op"` // "resolve" | "outcome"
+	As      string    `json:"as"` // succeeded | failed (| pending | unknown for an outcome)
+	Note    string    `json:"note,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Result  *Attempt  `json:"result,omitempty"`
+	Next    time.Time `json:"next,omitzero"`
 }
+
+// Command ops.
+const (
+	OpResolve = "resolve"
+	OpOutcome = "outcome"
+)
 
 // ErrRevoked is returned to a Runner whose partition was revoked.
 var ErrRevoked = errors.New("sideeffects: partition revoked")
@@ -80,6 +93,10 @@ type Worker struct {
 	// calls is shared by all the worker's Runners: a partition's new Runner
 	// must see the calls its revoked predecessor still has in flight.
 	calls *Calls
+	// reporter produces outcome reports (report) outside the loop's
+	// transactions; it lives while Run does.
+	reportMu sync.Mutex
+	reporter *kgo.Client
 }
 
 // WorkerStats counts what the worker committed.
@@ -199,6 +216,27 @@ func (w *Worker) Run(ctx context.Context) error {
 	runnersCtx, cancelRunners := context.WithCancel(context.Background())
 	w.runCtx = runnersCtx
 	loopCtx, stopLoop := context.WithCancel(context.Background())
+	// Outcome reports go to the key's partition like the processor's
+	// intents: hashed by key.
+	rep, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(w.cfg.Brokers...)}, w.cfg.ClientOpts...),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
+	if err != nil {
+		cancelRunners()
+		stopLoop()
+		return fmt.Errorf("sideeffects: report client: %w", err)
+	}
+	w.reportMu.Lock()
+	w.reporter = rep
+	w.reportMu.Unlock()
+	defer func() {
+		w.reportMu.Lock()
+		w.reporter = nil
+		w.reportMu.Unlock()
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = rep.Flush(flushCtx)
+		cancel()
+		rep.Close()
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- w.loop.Run(loopCtx) }()
 	w.cfg.Logger.Info("side-effect executor started", "group", w.cfg.Group(), "effectsTopic", w.cfg.EffectsTopic)
@@ -210,7 +248,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		cancelRunners()
 		w.mu.Unlock()
 	}
-	var err error
 	select {
 	case err = <-errc:
 		stopRunners()
@@ -267,7 +304,7 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	r, err := NewRunner(RunnerConfig{
 		Store: &taskStore{w: w, task: t}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
 		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
-		Calls: w.calls, Scope: string(t.Prefix),
+		Calls: w.calls, Scope: string(t.Prefix), Report: w.report,
 		OnChange: func(e Entry) {
 			w.stats.add(e.Effect, e.Status.String())
 			if w.cfg.OnChange != nil {
@@ -455,14 +492,17 @@ func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error 
 
 func (w *Worker) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	var c Command
-	if err := json.Unmarshal(r.Value, &c); err != nil || c.Op != "resolve" {
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad command: %s", r.Value))
+	if err := json.Unmarshal(r.Value, &c); err != nil || (c.Op != OpResolve && c.Op != OpOutcome) {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad command: %s", truncate(r.Value, 256)))
 		return nil
 	}
 	as, err := ParseStatus(c.As)
 	if err != nil {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", err.Error())
 		return nil
+	}
+	if c.Op == OpOutcome {
+		return w.settleReport(b, t, r, c, as)
 	}
 	ov := newOverlay(b.Txn)
 	e, err := NewLedger(ov, t.Prefix).Resolve(string(r.Key), as, c.Note, b.Now)
@@ -477,6 +517,73 @@ func (w *Worker) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		w.cfg.Logger.Info("side effect resolved by operator", "key", e.Key, "as", c.As, "note", c.Note)
 	})
 	return nil
+}
+
+// settleReport records the outcome another Runner reported for attempt
+// c.Attempt of a key (see Command). A report the ledger has moved past – the
+// outcome was recorded already, or the key was tried again – changes
+// nothing: the attempt it describes is no longer the open one.
+func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Command, as Status) error {
+	if c.Result == nil || c.Attempt < 1 {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", "outcome report without attempt or result")
+		return nil
+	}
+	ov := newOverlay(b.Txn)
+	e, err := NewLedger(ov, t.Prefix).Settle(string(r.Key), c.Attempt, *c.Result, as, c.Next)
+	switch {
+	case errors.Is(err, ErrIllegalTransition) || errors.Is(err, ErrNotFound):
+		w.cfg.Logger.Debug("outcome report no longer applies", "key", string(r.Key), "attempt", c.Attempt, "err", err)
+		return nil
+	case err != nil:
+		return err
+	}
+	ov.merge()
+	wt, _ := t.Data.(*workerTask)
+	b.OnCommit(func() {
+		w.stats.add(e.Effect, e.Status.String())
+		if w.cfg.OnChange != nil {
+			w.cfg.OnChange(e)
+		}
+		w.cfg.Logger.Info("side effect outcome recorded from the previous owner's report", "key", e.Key, "status", e.Status, "attempt", c.Attempt)
+		if wt != nil {
+			wt.runner.Enqueue(e.Key) // a retry it scheduled re-reads the entry
+		}
+	})
+	return nil
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// report sends the outcome of attempt n of key, which a revoked Runner
+// could not record, to the key's partition (see Command). Best effort: if it
+// is lost, the new owner retries the key after the attempt's deadline, with
+// the same idempotency key.
+func (w *Worker) report(key string, n int, a Attempt, to Status, next time.Time) {
+	w.reportMu.Lock()
+	cl := w.reporter
+	w.reportMu.Unlock()
+	if cl == nil {
+		return
+	}
+	v, err := json.Marshal(Command{Op: OpOutcome, As: to.String(), Attempt: n, Result: &a, Next: next})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cl.Produce(ctx, &kgo.Record{Topic: w.cfg.EffectsTopic, Key: []byte(key), Value: v,
+		Headers: []kgo.RecordHeader{{Key: HeaderCommand, Value: []byte(OpOutcome)}}},
+		func(_ *kgo.Record, err error) {
+			cancel()
+			if err != nil {
+				w.cfg.Logger.Warn("could not report a side effect's outcome to the partition's new owner; it retries the key after the attempt's deadline",
+					"key", key, "attempt", n, "err", err)
+			}
+		})
 }
 
 // taskStore is a Runner's Store: updates go through the worker's loop.
