@@ -49,6 +49,13 @@
 //     partition was revoked while its call ran hands the outcome over there,
 //     and the partition's next Runner in the process records it
 //     (Ledger.Settle) instead of calling again.
+//  7. An outcome is never lost to a revoke. A Runner that can no longer
+//     record its call's outcome also reports it (Command op "outcome") on the
+//     effects topic, keyed like the intent, so the partition's owner in any
+//     process records it inside its own transaction, as long as the ledger
+//     still waits for that attempt. If the report is lost, invariant 3
+//     applies: the key is retried with the same idempotency key after the
+//     attempt's deadline.
 //
 // Rebuild mode (DESIGN.md invariant 7) is the caller's concern: in rebuild
 // the processor neither produces intents nor runs a Runner.
