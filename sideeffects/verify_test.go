@@ -37,7 +37,13 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	const webhookTimeout = 2 * time.Second
 	const lateKey = "k-late"
 	emb, brokers, keys := fxSetup(t, 10)
-	rc := newFxReceiver(t, 50*time.Millisecond, func(by, key string) bool { return by == "a" && key == lateKey })
+	// a's first call of the late key hangs until its timeout (the call a
+	// makes once its held transaction commits); later calls, by whichever
+	// instance owns the partition then, are answered.
+	var aHung atomic.Bool
+	rc := newFxReceiver(t, 50*time.Millisecond, func(by, key string) bool {
+		return by == "a" && key == lateKey && aHung.CompareAndSwap(false, true)
+	})
 	dir := t.TempDir()
 	opts := func(id string, copts ...kgo.Opt) fxOpts {
 		return fxOpts{brokers: brokers, id: id, url: rc.url(id), dir: dir, clientOpts: copts,
