@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -68,19 +69,34 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		tl.addAll(matched, "conflict")
 		return nil
 	}
+	// An event without aggregateVersion is rejected by each versioned
+	// projection it matches (one dead letter for the record, naming them)
+	// and applied by the unversioned ones: the version is required per
+	// projection, so a rebuild of either kind alone does what live does for
+	// it. The dedup mark does not depend on the projections: a redelivery is
+	// a duplicate for all of them, live and in a rebuild.
+	var rejected []string
 	if ev.AggregateVersion == 0 {
+		offer := matched[:0:0]
 		for _, g := range matched {
 			if g.P.Versioned {
-				p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:aggregateVersion",
-					"envelope: invalid aggregateVersion: required by versioned projection "+g.P.Name)
-				tl.add("", "invalid")
-				return nil
+				rejected = append(rejected, g.P.Name)
+				tl.add(g.P.Name, "invalid")
+			} else {
+				offer = append(offer, g)
 			}
+		}
+		if rejected != nil {
+			p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:aggregateVersion",
+				"envelope: invalid aggregateVersion: required by versioned projection "+strings.Join(rejected, ", "))
+			matched = offer
 		}
 	}
 	p.cfg.Dedup.Mark(b.Txn, ts.filter, &tl.seg, t.Prefix, r.Offset, id, fp, b.Now)
 	if len(matched) == 0 {
-		tl.add("", "filtered") // no projection takes this aggregate type
+		if rejected == nil {
+			tl.add("", "filtered") // no projection takes this aggregate type
+		}
 		return nil
 	}
 	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
