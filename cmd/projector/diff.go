@@ -19,6 +19,11 @@ const diffExample = `  projector diff --config configs/example.yaml --topic case
 
 Both topics are read read_committed to their end; the last record per key is
 compared by version and state (JSON values; a tombstone is "deleted").
+Each key listed as different gets a likely cause, named from what the two
+records show (versions, lastEventId, occurredAt): a version gap held or
+skipped by a time-based gap policy, a redelivery applied again after dedup
+retention expired, a key only in one topic, a tombstone against a state, a
+changed rule. The differences a rebuild cannot avoid: docs/rebuild.md.
 Exit code 0: identical; 1: differences (or a failure); 2: usage.`
 
 // errTopicsDiffer makes `projector diff` exit 1 after printing its report.

@@ -27,6 +27,9 @@ type Entry struct {
 	State   json.RawMessage
 	// Raw is the value when it is not a projection record (compared as bytes).
 	Raw []byte
+	// LastEventID and OccurredAt are the record's lastEventId and
+	// occurredAt: not compared, they name a difference's likely cause.
+	LastEventID, OccurredAt string
 }
 
 func (e Entry) String() string {
@@ -61,13 +64,15 @@ func entryOf(v []byte) Entry {
 		return Entry{Deleted: true}
 	}
 	var pv struct {
-		Version *int64          `json:"version"`
-		State   json.RawMessage `json:"state"`
+		Version     *int64          `json:"version"`
+		State       json.RawMessage `json:"state"`
+		LastEventID string          `json:"lastEventId"`
+		OccurredAt  string          `json:"occurredAt"`
 	}
 	if err := json.Unmarshal(v, &pv); err != nil || pv.Version == nil {
 		return Entry{Raw: bytes.Clone(v)}
 	}
-	return Entry{Version: *pv.Version, State: pv.State}
+	return Entry{Version: *pv.Version, State: pv.State, LastEventID: pv.LastEventID, OccurredAt: pv.OccurredAt}
 }
 
 // Kind classifies one key of a diff.
@@ -89,6 +94,9 @@ type Difference struct {
 	// What differs when both have a state: "version" and the top-level
 	// state members that differ (or "state" when a state is not an object).
 	What []string
+	// Cause is the likely cause, from what the two records show (versions,
+	// lastEventId, occurredAt); see Cause.
+	Cause string
 }
 
 // DiffReport compares two projection topics key by key.
@@ -155,9 +163,11 @@ func Compare(a, b map[string]Entry, max int) DiffReport {
 		diffs, r.DifferencesTruncated = diffs[:max], true
 	}
 	for i := range diffs {
-		if d := &diffs[i]; d.Kind == Different {
+		d := &diffs[i]
+		if d.Kind == Different {
 			d.What = what(d.A, d.B)
 		}
+		d.Cause = Cause(d.A, d.B)
 	}
 	r.Differences = diffs
 	return r
@@ -192,6 +202,57 @@ func what(a, b *Entry) []string {
 	}
 	sort.Strings(fields)
 	return append(out, fields...)
+}
+
+// Cause names the likely cause of a difference between A and B (nil: no
+// record), from what the two records show. The inherent differences between
+// a rebuild and the live worker (docs/rebuild.md) are the usual ones: a gap
+// policy that is time based (live held a version gap that the replay filled
+// at once, or a gap expired and was skipped in one of them), dedup
+// retention (a redelivery older than the retention was applied again where
+// its first delivery had been forgotten), a rebuild not caught up or started
+// with --from, and a changed rule.
+func Cause(a, b *Entry) string {
+	live := func(e *Entry) bool { return e != nil && !e.Deleted }
+	switch {
+	case !live(a) && !live(b):
+		return ""
+	case a == nil || b == nil:
+		only, other := "A", "B"
+		if a == nil {
+			only, other = "B", "A"
+		}
+		return "key only in " + only + ": " + other + " never applied its events (not caught up, a rebuild started with --from after them, or every event of the key dead-lettered or held in " + other + ")"
+	case a.Deleted || b.Deleted:
+		del, st := "A", "B"
+		if b.Deleted {
+			del, st = "B", "A"
+		}
+		return "tombstone in " + del + ", state in " + st + ": the delete was applied in " + del + " only, or events after it only in " + st + " (a version gap held in one and skipped by a time-based gap policy in the other, or a redelivery applied again after dedup retention expired)"
+	case a.Raw != nil || b.Raw != nil:
+		return "not a projection record in one of them: a different writer on the topic"
+	}
+	sameEvent := a.LastEventID != "" && a.LastEventID == b.LastEventID
+	at := func(e *Entry) string {
+		if e.OccurredAt == "" {
+			return e.LastEventID
+		}
+		return e.LastEventID + " occurred " + e.OccurredAt
+	}
+	switch {
+	case a.Version == b.Version && sameEvent:
+		return "same version and last event, different state: the rules differ (a changed rule or handler)"
+	case a.Version == b.Version:
+		return fmt.Sprintf("same version from different events (A %s, B %s): an event id applied again after dedup retention expired in one of them, or different input", at(a), at(b))
+	case sameEvent:
+		return fmt.Sprintf("same last event %s at v%d in A, v%d in B: the version counts applications (unversioned projection), so one of them applied an event twice: a redelivery after dedup retention expired (or missed one)", a.LastEventID, a.Version, b.Version)
+	}
+	behind, ahead, vb, va := "A", "B", a, b
+	if a.Version > b.Version {
+		behind, ahead, vb, va = "B", "A", b, a
+	}
+	return fmt.Sprintf("%s behind %s (v%d, last %s; %s v%d, last %s): a version gap held in %s, or skipped by a time-based gap policy in %s; or %s not caught up; if unversioned (the version counts applications), a redelivery applied again in %s after dedup retention expired",
+		behind, ahead, vb.Version, at(vb), ahead, va.Version, at(va), behind, ahead, behind, ahead)
 }
 
 func compareEntries(a Entry, okA bool, b Entry, okB bool) Kind {
@@ -263,6 +324,12 @@ func (r *DiffReport) Write(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", d.Key, d.Kind, clip(w, 40), show(d.A), show(d.B))
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "likely causes:")
+	for _, d := range r.Differences {
+		if d.Cause != "" {
+			fmt.Fprintf(w, "  %s: %s\n", d.Key, d.Cause)
+		}
+	}
 }
 
 // DiffOptions configure Diff.

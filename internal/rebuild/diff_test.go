@@ -130,3 +130,45 @@ func TestWhat(t *testing.T) {
 		}
 	}
 }
+
+func TestCause(t *testing.T) {
+	e := func(v int64, s, id, at string) *Entry {
+		return &Entry{Version: v, State: []byte(s), LastEventID: id, OccurredAt: at}
+	}
+	del := &Entry{Deleted: true}
+	for _, tc := range []struct {
+		name string
+		a, b *Entry
+		want []string
+	}{
+		{"only in A", e(1, `{}`, "e1", ""), nil, []string{"key only in A", "B never applied", "--from"}},
+		{"only in B", nil, e(1, `{}`, "e1", ""), []string{"key only in B", "A never applied"}},
+		{"tombstone in B", e(3, `{}`, "e3", ""), del, []string{"tombstone in B, state in A", "time-based gap policy", "dedup retention"}},
+		{"tombstone in A", del, e(3, `{}`, "e3", ""), []string{"tombstone in A, state in B"}},
+		{"changed rule", e(3, `{"a":1}`, "e3", ""), e(3, `{"a":2}`, "e3", ""), []string{"same version and last event", "rules differ"}},
+		{"same version, other event", e(3, `{"a":1}`, "e3", "2026-01-01T00:00:00Z"), e(3, `{"a":2}`, "x3", ""), []string{"same version from different events (A e3 occurred 2026-01-01T00:00:00Z, B x3)", "dedup retention"}},
+		{"applied twice", e(4, `{"a":1}`, "e3", ""), e(5, `{"a":1}`, "e3", ""), []string{"same last event e3 at v4 in A, v5 in B", "unversioned", "applied an event twice"}},
+		{"A behind", e(4, `{"a":1}`, "e4", "2026-01-01T00:00:00Z"), e(7, `{"a":2}`, "e7", "2026-01-02T00:00:00Z"), []string{"A behind B (v4, last e4 occurred 2026-01-01T00:00:00Z; B v7, last e7", "gap held in A", "time-based gap policy in B", "A not caught up"}},
+		{"B behind", e(7, `{}`, "e7", ""), e(4, `{}`, "e4", ""), []string{"B behind A (v4, last e4; A v7, last e7)", "gap held in B"}},
+		{"both deleted", del, del, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Cause(tc.a, tc.b)
+			if tc.want == nil && got != "" {
+				t.Errorf("cause %q, want none", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("cause %q lacks %q", got, w)
+				}
+			}
+		})
+	}
+	// The report prints each listed key's cause.
+	r := Compare(map[string]Entry{"k": *e(4, `{}`, "e4", "")}, map[string]Entry{"k": *e(5, `{}`, "e5", "")}, 10)
+	var sb strings.Builder
+	r.Write(&sb)
+	if !strings.Contains(sb.String(), "likely causes:\n  k: A behind B") {
+		t.Errorf("report:\n%s", sb.String())
+	}
+}
