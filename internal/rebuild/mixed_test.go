@@ -13,6 +13,7 @@ import (
 	"github.com/projector-dev/projector/internal/config"
 	"github.com/projector-dev/projector/internal/testkit"
 	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/processor"
 )
 
 const mixedTemplate = `name: %s
@@ -148,8 +149,35 @@ func TestRebuildEqualsLiveVersionedAndUnversioned(t *testing.T) {
 	if st.Events("activity", "duplicate") < int64(redelivered) {
 		t.Errorf("activity: %d duplicates, want ≥ %d redelivered notes", st.Events("activity", "duplicate"), redelivered)
 	}
-	if got, want := readAll(t, f.brokers, cfg.Kafka.DeadLetterTopic), exp.Invalid+exp.Conflicts+notes; got != want {
+	dls, err := testkit.ReadAll(ctxR, f.brokers, cfg.Kafka.DeadLetterTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(dls), exp.Invalid+exp.Conflicts+notes; got != want {
 		t.Errorf("live dead letters: %d, want %d (one per note, none per redelivery)", got, want)
+	}
+	versionDLs := 0
+	for _, r := range dls {
+		var reason, msg string
+		for _, h := range r.Headers {
+			switch h.Key {
+			case processor.HeaderReason:
+				reason = string(h.Value)
+			case processor.HeaderError:
+				msg = string(h.Value)
+			}
+		}
+		if reason != "invalid:aggregateVersion" || !strings.HasPrefix(string(r.Value), `{"eventId":"note-`) {
+			continue
+		}
+		versionDLs++
+		if !strings.HasSuffix(msg, "required by versioned projection overview") {
+			t.Errorf("dead letter of %s: error %q, want it to name overview only", r.Value, msg)
+			break
+		}
+	}
+	if versionDLs != notes {
+		t.Errorf("%d invalid:aggregateVersion dead letters of the events without version, want %d", versionDLs, notes)
 	}
 	t.Logf("%d records: %d events without aggregateVersion, %d re-delivered; %d activity keys show a comment",
 		len(recs), notes, redelivered, commented)
