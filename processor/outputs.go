@@ -95,30 +95,94 @@ type expiry struct {
 	key  gapKey
 }
 
-// expiring lists the gaps to resolve now (none under the wait policy; those
-// are only reported).
-func (p *Processor) expiring(now time.Time) []expiry {
+// expiring lists at most limit gaps to resolve now (none under the wait
+// policy; those are only reported), from the tasks' queues of due gaps. A
+// task's queue is refilled by one look through its gap index once it is
+// empty, so the index is read once per round of expiry, not once per
+// transaction.
+func (p *Processor) expiring(now time.Time, limit int) []expiry {
 	if p.cfg.GapPolicy == projection.Wait {
 		return nil
 	}
 	var out []expiry
 	p.loop.Tasks(func(t *eos.Task) {
 		ts, _ := t.Data.(*taskState)
-		if ts == nil {
+		if ts == nil || len(out) >= limit {
 			return
 		}
-		for k, since := range ts.gaps {
-			if now.Sub(since) >= p.cfg.HoldTimeout {
+		if len(ts.due) == 0 {
+			ts.findDue(now, p.cfg.HoldTimeout)
+		}
+		for len(out) < limit && len(ts.due) > 0 {
+			k := ts.due[0]
+			ts.due = ts.due[1:]
+			if ts.isDue(k, now, p.cfg.HoldTimeout) {
 				out = append(out, expiry{task: t, key: k})
 			}
+		}
+		if len(ts.due) == 0 {
+			ts.due = nil // release the queue's array
 		}
 	})
 	return out
 }
 
+// gapsDue reports whether expiring would list a gap, without taking any.
+func (p *Processor) gapsDue(now time.Time) bool {
+	if p.cfg.GapPolicy == projection.Wait {
+		return false
+	}
+	due := false
+	p.loop.Tasks(func(t *eos.Task) {
+		ts, _ := t.Data.(*taskState)
+		if ts == nil || due {
+			return
+		}
+		// Drop what is no longer due from the queue's head; refill it
+		// when empty.
+		for len(ts.due) > 0 && !ts.isDue(ts.due[0], now, p.cfg.HoldTimeout) {
+			ts.due = ts.due[1:]
+		}
+		if len(ts.due) == 0 {
+			ts.findDue(now, p.cfg.HoldTimeout)
+		}
+		due = len(ts.due) > 0
+	})
+	return due
+}
+
+// findDue queues every gap of the index that is due and not being expired.
+func (ts *taskState) findDue(now time.Time, hold time.Duration) {
+	ts.due = ts.due[:0]
+	for k, since := range ts.gaps {
+		if now.Sub(since) >= hold {
+			if _, busy := ts.inflight[k]; !busy {
+				ts.due = append(ts.due, k)
+			}
+		}
+	}
+}
+
+// isDue: the index still lists k as open past the hold timeout and no
+// transaction in flight has expired it.
+func (ts *taskState) isDue(k gapKey, now time.Time, hold time.Duration) bool {
+	since, ok := ts.gaps[k]
+	if !ok || now.Sub(since) < hold {
+		return false
+	}
+	_, busy := ts.inflight[k]
+	return !busy
+}
+
 // expire resolves one expired gap inside the transaction (b is the task's
 // batch).
 func (p *Processor) expire(b *eos.Batch, e expiry) error {
+	if tl := p.tallyOf(b); tl.ts != nil {
+		if len(tl.expired) == 0 {
+			b.OnAbort(tl.release)
+		}
+		tl.expiring(e.key)
+	}
 	for _, g := range p.guards {
 		if g.P.Name != e.key.projection {
 			continue

@@ -30,10 +30,17 @@ type Processor struct {
 // held events and when their gap opened. It is derived from Pebble on every
 // restore and updated only by commit hooks, so it is never ahead of Kafka.
 type taskState struct {
-	gaps   map[gapKey]time.Time
-	sweep  *dedup.Sweeper
-	filter *dedup.Filter // ids marked in this task (superset: may include aborted marks)
-	recent *dedup.Recent // committed marks, most recent (commit hooks add)
+	gaps map[gapKey]time.Time
+	// due queues the gaps the last look through gaps found due and no
+	// transaction has expired yet; expiry takes them expireChunk at a time.
+	due []gapKey
+	// inflight are the gaps expired in a transaction whose commit hooks
+	// have not run yet: gaps still lists them (decision 004), but they are
+	// not due again.
+	inflight map[gapKey]struct{}
+	sweep    *dedup.Sweeper
+	filter   *dedup.Filter // ids marked in this task (superset: may include aborted marks)
+	recent   *dedup.Recent // committed marks, most recent (commit hooks add)
 }
 
 // recentIDs sizes each task's front cache of committed event ids, which
@@ -42,6 +49,17 @@ const recentIDs = 1 << 18
 
 // sweepChunk bounds the dedup entries one transaction examines for expiry.
 const sweepChunk = 20000
+
+// expireChunk bounds the gaps one transaction expires; due gaps beyond it
+// are left to the following transactions. Each Guard.Expire reads the
+// aggregate's held events through the transaction's staged writes, which
+// it scans whole (state.Txn.Scan): expiring every due gap in one
+// transaction cost the square of their number (20k gaps: 7.5 s, 50k: past
+// the transaction timeout, and the restore rebuilt the same index). With
+// the bound, an expiry scans at most this chunk's writes and the previous
+// transaction's, so a transaction's expiry work is bounded and the total
+// is linear in the number of gaps.
+const expireChunk = 1000
 
 type gapKey struct{ projection, aggregate string }
 
@@ -107,7 +125,7 @@ func (p *Processor) Run(ctx context.Context) error {
 type pipeline Processor
 
 func (h *pipeline) Restored(t *eos.Task) error {
-	ts := &taskState{gaps: make(map[gapKey]time.Time)}
+	ts := &taskState{gaps: make(map[gapKey]time.Time), inflight: make(map[gapKey]struct{})}
 	p := (*Processor)(h)
 	if old, ok := t.Data.(*taskState); ok {
 		ts.sweep = old.sweep // a pass in progress survives a re-restore
@@ -160,15 +178,24 @@ func (h *pipeline) Restored(t *eos.Task) error {
 
 func (h *pipeline) Revoked(*eos.Task) { (*Processor)(h).publishGaps() }
 
-func (h *pipeline) Due(now time.Time) bool { return len((*Processor)(h).expiring(now)) > 0 }
+func (h *pipeline) Due(now time.Time) bool { return (*Processor)(h).gapsDue(now) }
 
 func (h *pipeline) Begin(b *eos.Batch) error {
 	p := (*Processor)(h)
 	b.OnCommitted(p.publishGaps)
-	for _, e := range p.expiring(b.Now) {
+	due := p.expiring(b.Now, expireChunk)
+	if n := len(due); n > 0 {
+		b.OnCommitted(func() { p.stats.addExpiries(n) })
+	}
+	for _, e := range due {
 		if err := p.expire(b.For(e.task), e); err != nil {
 			return err
 		}
+	}
+	if len(due) == expireChunk {
+		// More may be due: the next transaction should not wait for
+		// records first.
+		p.loop.Wake()
 	}
 	var err error
 	p.loop.Tasks(func(t *eos.Task) {

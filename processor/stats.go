@@ -27,6 +27,9 @@ type tally struct {
 	// gaps are the task's gap-index changes (zero time: closed); nil until
 	// one happens.
 	gaps map[gapKey]time.Time
+	// expired are the gaps this transaction expired (taskState.inflight
+	// until it commits or aborts).
+	expired []gapKey
 	// seg collects the task's dedup marks into changelog segments; once
 	// committed they enter the task's front cache of recent ids.
 	seg dedup.Marks
@@ -46,7 +49,27 @@ func (t *tally) committed() {
 			t.ts.gaps[k] = since
 		}
 	}
+	t.release()
 	t.ts.recent.AddStaged(&t.seg)
+}
+
+// expiring records that the transaction expires gap k: it is not due again
+// before the transaction's end.
+func (t *tally) expiring(k gapKey) {
+	if t.ts == nil {
+		return
+	}
+	t.expired = append(t.expired, k)
+	t.ts.inflight[k] = struct{}{}
+}
+
+// release ends the in-flight expiry of the transaction's gaps (committed:
+// the index says what became of them; aborted: the restore rebuilds it).
+func (t *tally) release() {
+	for _, k := range t.expired {
+		delete(t.ts.inflight, k)
+	}
+	t.expired = nil
 }
 
 func newTally() *tally {
@@ -80,12 +103,32 @@ type Stats struct {
 	dlq     map[string]int64
 	effects map[[2]string]int64
 	gaps    map[string]GapSummary
+	// expiries: gaps committed transactions took up for expiry, in all and
+	// the most in one transaction.
+	expiries, maxExpiries int64
 }
 
 // GapSummary is one projection's open gaps on this instance.
 type GapSummary struct {
 	Open   int       // aggregates with held events
 	Oldest time.Time // start of the oldest open gap (zero when none)
+}
+
+// addExpiries counts the gaps a committed transaction took up for expiry.
+func (s *Stats) addExpiries(n int) {
+	s.mu.Lock()
+	s.expiries += int64(n)
+	s.maxExpiries = max(s.maxExpiries, int64(n))
+	s.mu.Unlock()
+}
+
+// GapExpiries returns how many gaps committed transactions took up for
+// expiry (a gap the transaction found filled or moved included) and the most
+// one transaction took up (at most the per-transaction bound).
+func (s *Stats) GapExpiries() (total, maxPerTxn int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expiries, s.maxExpiries
 }
 
 // TxnObservation is reported to observers after every transaction.

@@ -1,0 +1,4 @@
+package processor
+
+// ExpireChunk is the bound on the gaps one transaction expires.
+const ExpireChunk = expireChunk

@@ -1,0 +1,201 @@
+package processor_test
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/race"
+	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/projection"
+)
+
+// expiryRun is what one mass gap expiry measured.
+type expiryRun struct {
+	gaps     int
+	total    time.Duration // clock jump to the last gap resolved
+	longest  time.Duration // longest committed transaction of the expiry
+	txns     int           // committed transactions of the expiry
+	aborted  int64         // aborted transactions, whole run
+	maxPerTx int64         // most gaps one transaction took up (Stats.GapExpiries)
+	maxRun   int           // longest run of consecutive offsets in one output partition
+}
+
+func (r expiryRun) String() string {
+	return fmt.Sprintf("%d gaps: total %s (%.1f µs/gap), %d transactions, longest %s, most gaps in one transaction %d (longest run in one output partition %d), aborted %d",
+		r.gaps, r.total.Round(time.Millisecond), float64(r.total.Microseconds())/float64(r.gaps), r.txns,
+		r.longest.Round(time.Millisecond), r.maxPerTx, r.maxRun, r.aborted)
+}
+
+// expireGapsAtOnce opens n gaps (version 2 of n aggregates; version 1 never
+// comes), moves the clock past the hold timeout and waits until every gap is
+// resolved under policy. Besides the processor's count, the outputs show
+// the bound: a transaction's records are consecutive in each partition, and
+// its commit marker takes the offset after them, so no run of consecutive
+// offsets may be longer than the bound (with one gap one output record).
+func expireGapsAtOnce(t *testing.T, n int, policy projection.Policy) expiryRun {
+	e := newEnv(t, 1)
+	var clock skewedClock
+	var (
+		mu       sync.Mutex
+		expiring bool
+		run      = expiryRun{gaps: n}
+	)
+	recs := make([]workload.Record, n)
+	for i := range recs {
+		id := fmt.Sprintf("G-%07d", i)
+		recs[i] = workload.Record{Key: []byte(id), Value: []byte(fmt.Sprintf(
+			`{"eventId":"g-%d","eventType":"CaseUpdated","aggregateId":%q,"aggregateType":"RegulatoryCase","aggregateVersion":2,"payload":{"v":%d}}`, i, id, i))}
+	}
+	e.produce(recs)
+	in := e.start(instOpts{maxRecs: 5000, policy: policy, hold: time.Minute, now: clock.now})
+	in.p.Stats().Observe(func(o eos.TxnObservation) {
+		mu.Lock()
+		defer mu.Unlock()
+		if o.Result != "committed" {
+			run.aborted++
+		}
+		if expiring && o.Result == "committed" {
+			run.txns++
+			run.longest = max(run.longest, o.Duration)
+		}
+	})
+	e.waitCaughtUp(5 * time.Minute)
+	open := func() int { return in.p.Stats().Gaps()["case-overview"].Open }
+	deadline := time.Now().Add(5 * time.Minute)
+	for open() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d gaps open, want %d", open(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	expiring = true
+	mu.Unlock()
+	start := time.Now()
+	clock.set(2 * time.Minute) // every gap is due at once
+	for open() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d gaps still open", open())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	run.total = time.Since(start)
+	mu.Unlock()
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	topic := projTopic
+	if policy == projection.DeadLetter {
+		topic = dlqTopic
+	}
+	outs := e.read(topic)
+	if len(outs) != n {
+		t.Errorf("%d records on %s, want %d", len(outs), topic, n)
+	}
+	run.maxRun = longestRun(outs)
+	_, run.maxPerTx = in.p.Stats().GapExpiries()
+	mu.Lock()
+	defer mu.Unlock()
+	return run
+}
+
+// longestRun is the longest run of consecutive offsets in one partition.
+func longestRun(recs []*kgo.Record) int {
+	byPart := map[int32][]int64{}
+	for _, r := range recs {
+		byPart[r.Partition] = append(byPart[r.Partition], r.Offset)
+	}
+	best := 0
+	for _, offs := range byPart {
+		sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+		cur := 0
+		for i, o := range offs {
+			if i > 0 && o == offs[i-1]+1 {
+				cur++
+			} else {
+				cur = 1
+			}
+			best = max(best, cur)
+		}
+	}
+	return best
+}
+
+// massGaps is the gap count of TestFaultGapsExpireAtOnce: 100k (20k under
+// the race detector); PROJECTOR_GAPS overrides.
+func massGaps(t *testing.T) int {
+	if s := os.Getenv("PROJECTOR_GAPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("PROJECTOR_GAPS=%q", s)
+		}
+		return n
+	}
+	if race.Enabled || testing.Short() {
+		return 20_000
+	}
+	return 100_000
+}
+
+// TestFaultGapsExpireAtOnce: tens of thousands of gaps time out at once.
+// Expiry work is bounded per transaction (processor.ExpireChunk gaps), so no
+// transaction comes near the transaction timeout and none aborts.
+func TestFaultGapsExpireAtOnce(t *testing.T) {
+	n := massGaps(t)
+	for _, policy := range []projection.Policy{projection.Skip, projection.DeadLetter} {
+		t.Run(policy.String(), func(t *testing.T) {
+			r := expireGapsAtOnce(t, n, policy)
+			t.Logf("%s: %s (bound %d gaps per transaction)", policy, r, processor.ExpireChunk)
+			if r.aborted > 0 {
+				t.Errorf("%d aborted transactions", r.aborted)
+			}
+			if r.maxPerTx > processor.ExpireChunk || r.maxRun > processor.ExpireChunk {
+				t.Errorf("one transaction took up %d gaps (output run %d), bound %d", r.maxPerTx, r.maxRun, processor.ExpireChunk)
+			}
+			limit := 2 * time.Second
+			if race.Enabled {
+				limit = 10 * time.Second
+			}
+			if r.longest > limit {
+				t.Errorf("longest transaction %s, want under %s", r.longest, limit)
+			}
+		})
+	}
+}
+
+// TestGapExpiryLinear: the cost of expiring gaps that are due at once grows
+// linearly with their number, and no transaction resolves more than the
+// bound. (Expiring them all in one transaction, each Guard.Expire scanning
+// the transaction's growing staged writes, was quadratic: 5k gaps 0.44 s,
+// 20k gaps 7.5 s.)
+func TestGapExpiryLinear(t *testing.T) {
+	small, large := 5_000, 20_000
+	if race.Enabled {
+		small, large = 2_000, 8_000
+	}
+	a := expireGapsAtOnce(t, small, projection.DeadLetter)
+	b := expireGapsAtOnce(t, large, projection.DeadLetter)
+	t.Logf("%s\n%s", a, b)
+	for _, r := range []expiryRun{a, b} {
+		if r.maxPerTx > processor.ExpireChunk || r.maxRun > processor.ExpireChunk {
+			t.Errorf("%d gaps: one transaction took up %d gaps (output run %d), bound %d", r.gaps, r.maxPerTx, r.maxRun, processor.ExpireChunk)
+		}
+	}
+	// Per gap, 4× the gaps cost 4× as much under the quadratic expiry;
+	// linear costs the same (allow 2.5× for a noisy machine).
+	perA := float64(a.total) / float64(a.gaps)
+	perB := float64(b.total) / float64(b.gaps)
+	if perB > 2.5*perA {
+		t.Errorf("time per gap %.1f µs at %d gaps, %.1f µs at %d: superlinear", perA/1e3, a.gaps, perB/1e3, b.gaps)
+	}
+}
