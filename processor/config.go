@@ -171,10 +171,14 @@ func StoreOptions(cacheBytes int64) state.Options {
 	return state.Options{CacheBytes: cacheBytes, Cached: cached}
 }
 
-// cached selects the keys the store keeps fast paths for: aggregate records
-// are read again by the aggregate's next event, so the value cache holds
-// them; dedup marks (write-once, read rarely: the per-task filter and the
-// recent-ids cache answer most checks) and held events it does not.
+// cached selects the keys the store keeps fast paths for (the value cache
+// and the key filter): aggregate records are read again by the aggregate's
+// next event; held events are looked up by every event that arrives ahead
+// of its version ("first arrival wins" asks whether the version is held
+// already, almost always not: the filter answers without Pebble, so a
+// stream of held events is no slower than valid ones) and read again when
+// the gap closes. Dedup marks (write-once, read rarely: the per-task filter
+// and the recent-ids cache answer most checks) are not selected.
 func cached(changelogKey []byte) bool {
-	return len(changelogKey) > 0 && changelogKey[0] == projection.KindAggregate
+	return len(changelogKey) > 0 && (changelogKey[0] == projection.KindAggregate || changelogKey[0] == projection.KindHeld)
 }
