@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"testing"
 	"time"
@@ -149,5 +150,85 @@ func testRestoreStale(t *testing.T, age time.Duration, reset bool) {
 	next, matched, _, err := st.ChangelogPosition(task)
 	if err != nil || next != end || time.Since(matched) > time.Minute {
 		t.Fatalf("position after the restore: %d at %v (%v), want %d now", next, matched, err, end)
+	}
+}
+
+// TestRestoreStoreOfUnknownAge: a store written before the match time was
+// recorded (an 8-byte offset) is trusted when it has nothing to read, and
+// stamped then; with records to read it restores from scratch (decision
+// 007). A store with an old match time and nothing to read is trusted and
+// its match time refreshed.
+func TestRestoreStoreOfUnknownAge(t *testing.T) {
+	const changelog = "in.changelog"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, changelog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), kgo.DefaultProduceTopic(changelog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 3 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("k" + strconv.Itoa(i)), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const end = 3
+	task := state.Task{Topic: "in", Partition: 0}
+	for _, tc := range []struct {
+		name      string
+		stored    int64
+		legacy    bool          // an 8-byte offset; else stamped age ago
+		age       time.Duration // with the default retention of 24 h
+		wantReset bool
+	}{
+		{"legacy-caught-up", end, true, 0, false},
+		{"legacy-behind", 1, true, 0, true},
+		{"old-caught-up", end, false, 48 * time.Hour, false},
+		{"old-behind", 1, false, 48 * time.Hour, true},
+		{"recent-behind", 1, false, time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := time.Now().Add(-tc.age)
+			st, err := state.Open("mem", state.Options{FS: vfs.NewMem(), Now: func() time.Time { return clock }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			// A local-only key: present after the restore iff no reset.
+			local := append(task.Prefix(), "local"...)
+			if err := st.Restore(task, []state.Record{{Key: []byte("local"), Value: []byte("x")}}, tc.stored); err != nil {
+				t.Fatal(err)
+			}
+			if tc.legacy {
+				// What an older version wrote: the offset alone.
+				txn := st.NewTxn()
+				txn.Set(append([]byte{'o'}, task.Prefix()...), binary.BigEndian.AppendUint64(nil, uint64(tc.stored)))
+				if err := txn.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if _, m, _, err := st.ChangelogPosition(task); err != nil || !m.IsZero() {
+					t.Fatalf("setup: legacy offset reads with match time %v (%v)", m, err)
+				}
+			}
+			clock = time.Now()
+			l := New(Config{Store: st}, nil)
+			r := &restorer{l: l, cl: cl}
+			if _, err := r.restoreTask(ctx, task, changelog, end, end); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, _ := st.Get(local); ok == tc.wantReset {
+				t.Fatalf("local key present %v after the restore; want a reset: %v", ok, tc.wantReset)
+			}
+			next, matched, _, err := st.ChangelogPosition(task)
+			if err != nil || next != end || time.Since(matched) > time.Minute {
+				t.Fatalf("position after the restore: %d at %v (%v), want %d now", next, matched, err, end)
+			}
+		})
 	}
 }
