@@ -16,7 +16,10 @@
 //     changelog offset to the partition's last stable offset on assignment,
 //     and again once the group has fetched the task's committed offsets (by
 //     then any transaction of a previous owner has resolved), before its
-//     records are processed.
+//     records are processed. A store that last matched its changelog longer
+//     ago than the changelog's delete.retention.ms (or at an unknown time),
+//     and has records to read, is restored from offset 0 instead: compaction
+//     may have removed tombstones it never saw (docs/decisions/007).
 //  5. Fencing is fatal: the transactional id is stable per instance; an End
 //     error (fenced, or any other: none is retryable) stops Run.
 //

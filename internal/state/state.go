@@ -21,7 +21,8 @@
 // prefix: 't', uint16 topic length, topic, uint32 partition. What follows the
 // prefix is the changelog key; the processor produces it, with the value, to the
 // task's changelog partition. Keys starting with 'o' hold, per task, the next
-// changelog offset to restore from; they are local and never produced.
+// changelog offset to restore from and the time the task's state last matched
+// the changelog (ChangelogPosition); they are local and never produced.
 //
 // Most writes reach the changelog as they reach Pebble, one record per key.
 // Two kinds depart from that, for state the changelog carries more compactly
@@ -37,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -99,6 +101,15 @@ func offsetKey(t Task) []byte {
 	return k
 }
 
+// offsetValue encodes a task's changelog position: the next offset to restore
+// from, then the time (Unix nanoseconds) the state was known to match the
+// changelog up to it. Stores written before the time was recorded hold the
+// 8-byte offset alone.
+func offsetValue(next int64, matched time.Time) []byte {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(next))
+	return binary.BigEndian.AppendUint64(v, uint64(matched.UnixNano()))
+}
+
 // Options tune the Pebble database.
 type Options struct {
 	// FS is the filesystem; nil means the real disk. Tests pass vfs.NewMem()
@@ -121,6 +132,10 @@ type Options struct {
 	// filter. nil: every key (read values enter the cache, commits refresh
 	// them).
 	Cached func(changelogKey []byte) bool
+	// Now is the clock that stamps a task's changelog position with the
+	// time its state matched the changelog (ChangelogPosition); nil means
+	// time.Now. Tests pass an older clock to age a store.
+	Now func() time.Time
 }
 
 // Store is the Pebble database. It is safe for concurrent readers; writes go
@@ -136,6 +151,7 @@ type Store struct {
 	stopScan atomic.Bool
 
 	cached func([]byte) bool
+	now    func() time.Time
 	broken atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
@@ -168,7 +184,10 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
 	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
-		cached: o.Cached}
+		cached: o.Cached, now: o.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
 	go s.scanKeys()
 	return s, nil
 }
@@ -266,14 +285,39 @@ func (s *Store) isCached(key []byte) bool {
 // ChangelogOffset returns the next changelog offset the task's state must be
 // restored from (0 when the task has never been seen here).
 func (s *Store) ChangelogOffset(t Task) (int64, error) {
+	next, _, _, err := s.ChangelogPosition(t)
+	return next, err
+}
+
+// ChangelogPosition returns the next changelog offset the task's state must
+// be restored from and when the state was last known to match the changelog
+// up to that offset: the time of the commit or restore batch that wrote the
+// offset, or of the latest MarkMatched. ok is false when the task was never
+// seen here (next is 0); matched is zero when unknown: the offset was written
+// by a version that did not record the time.
+func (s *Store) ChangelogPosition(t Task) (next int64, matched time.Time, ok bool, err error) {
 	v, ok, err := s.Get(offsetKey(t))
 	if err != nil || !ok {
-		return 0, err
+		return 0, time.Time{}, false, err
 	}
-	if len(v) != 8 {
-		return 0, fmt.Errorf("state: corrupt changelog offset for %s", t)
+	switch len(v) {
+	case 8:
+		return int64(binary.BigEndian.Uint64(v)), time.Time{}, true, nil
+	case 16:
+		return int64(binary.BigEndian.Uint64(v)), time.Unix(0, int64(binary.BigEndian.Uint64(v[8:]))), true, nil
 	}
-	return int64(binary.BigEndian.Uint64(v)), nil
+	return 0, time.Time{}, false, fmt.Errorf("state: corrupt changelog offset for %s", t)
+}
+
+// MarkMatched records, durably, that the task's state matches its changelog
+// now at the stored offset: the caller has seen that the changelog holds
+// nothing past it. A task never seen here is left alone.
+func (s *Store) MarkMatched(t Task) error {
+	next, _, ok, err := s.ChangelogPosition(t)
+	if err != nil || !ok {
+		return err
+	}
+	return s.Restore(t, nil, next)
 }
 
 // Scan calls fn for every stored key with the given prefix, in key order.
@@ -339,7 +383,8 @@ func (s *Store) Metrics() *pebble.Metrics {
 }
 
 // Restore applies changelog records of one task to Pebble and records next as
-// the offset to restore from next time, durably and atomically. A nil value is
+// the offset to restore from next time, stamped with the current time as when
+// the state matched the changelog (ChangelogPosition), durably and atomically. A nil value is
 // a tombstone. The caller has already dropped state that expired since it was
 // written, and expanded compact records (eos.Config.Restore).
 func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
@@ -369,7 +414,7 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	if s.isCached(offsetKey(t)) {
 		s.keys.Add(offsetKey(t))
 	}
-	if err := b.Set(offsetKey(t), binary.BigEndian.AppendUint64(nil, uint64(next)), nil); err != nil {
+	if err := b.Set(offsetKey(t), offsetValue(next, s.now()), nil); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}
 	s.cache.clear()

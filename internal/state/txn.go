@@ -1,7 +1,6 @@
 package state
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"sort"
@@ -210,8 +209,9 @@ func (t *Txn) write() (err error) {
 	for k, w := range t.writes {
 		ws = append(ws, t.s.committedWrite(k, w.val))
 	}
+	matched := t.s.now() // Pebble matches each task's changelog up to next
 	for task, next := range t.offsets {
-		ws = append(ws, t.s.committedWrite(string(offsetKey(task)), binary.BigEndian.AppendUint64(nil, uint64(next))))
+		ws = append(ws, t.s.committedWrite(string(offsetKey(task)), offsetValue(next, matched)))
 	}
 	size := 0
 	for _, w := range ws {
