@@ -263,7 +263,7 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
 		Projections: projs, Store: a.Store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
-		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
+		MaxRecordsPerTxn: cfg.Kafka.MaxRecordsPerTransaction, MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
 		Mode: o.Mode, Logger: a.Logger, Hooks: o.Hooks,
 	}

@@ -108,14 +108,14 @@ type Config struct {
 	// (default: the earliest offset).
 	StartOffset *kgo.Offset
 
-	Store              *state.Store
-	MaxRecordsPerTxn   int
+	Store            *state.Store
+	MaxRecordsPerTxn int
 	// MaxRecordBytes is the largest record (key and value) the handler
 	// produces (kafka.maxRecordBytes; 0: the client's and broker's
 	// defaults). The producer's batch limit and the created topics'
 	// max.message.bytes are raised above it (MaxBatchBytes), so that the
 	// client never rejects a record the handler decided to write.
-	MaxRecordBytes int
+	MaxRecordBytes     int
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
 	// Restore turns one changelog record (value nil: a tombstone) into the
