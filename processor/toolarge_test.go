@@ -100,3 +100,109 @@ func TestTooLargeOutputsDeadLettered(t *testing.T) {
 		t.Errorf("%d too-large dead letters, want 1 (version 4)", tooLarge)
 	}
 }
+
+// TestCommandHugeNonJSONValueDeadLettered: a projector-command header on a
+// 600 KB non-JSON value is dead-lettered with a bounded projector-error (it
+// used to quote the whole value into the header, past any limit), and the
+// worker keeps running: the event after it is applied.
+func TestCommandHugeNonJSONValueDeadLettered(t *testing.T) {
+	e := newEnv(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ProducerBatchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cmd := &kgo.Record{Topic: inputTopic, Key: []byte("CMD-1"), Value: []byte(strings.Repeat("\x01not json ", 60<<10)),
+		Headers: []kgo.RecordHeader{{Key: processor.HeaderCommand, Value: []byte("1")}}}
+	after := bigMerge("AFTER-1", 1, 10)
+	if err := cl.ProduceSync(t.Context(), cmd, &kgo.Record{Topic: inputTopic, Key: after.Key, Value: after.Value}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	in := e.start(instOpts{})
+	e.waitCaughtUp(30 * time.Second)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	applied := false
+	for _, r := range e.read(projTopic) {
+		applied = applied || string(r.Key) == "AFTER-1"
+	}
+	if !applied {
+		t.Error("the event after the command was not applied")
+	}
+	dl := e.read(dlqTopic)
+	checkHeadersBounded(t, dl)
+	if len(dl) != 1 || header(dl[0], processor.HeaderReason) != "invalid:value" {
+		t.Fatalf("want one invalid:value dead letter, got %d", len(dl))
+	}
+}
+
+// TestMixedLargeTrafficNeverExits is the issue's acceptance 3: 1 MB-ish
+// events (which fit the limit but not the producer's old default), events
+// whose state outgrows the limit, a huge input header and a huge non-JSON
+// command, mixed with normal traffic: every normal and 1 MB-ish event is
+// applied, every oversize one is dead-lettered too-large, and the worker
+// never exits.
+func TestMixedLargeTrafficNeverExits(t *testing.T) {
+	e := newEnv(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ProducerBatchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	add := func(w workload.Record, hs ...kgo.RecordHeader) {
+		recs = append(recs, &kgo.Record{Topic: inputTopic, Key: w.Key, Value: w.Value, Headers: hs})
+	}
+	wantApplied := map[string]int{} // aggregate → final version
+	for i := 0; i < 4; i++ {
+		n := fmt.Sprintf("N-%d", i)
+		add(bigMerge(n, 1, 10))
+		// 1 MB-ish: over the producer's old default (1,000,012 bytes)
+		add(bigMerge(fmt.Sprintf("M-%d", i), 1, 1_000_000+i*10_000))
+		add(bigMerge(n, 2, 10), kgo.RecordHeader{Key: "x-big", Value: []byte(strings.Repeat("h", 200<<10))})
+		// oversize: two 600 KB merges; the second outgrows the limit and
+		// the small third waits behind it.
+		g := fmt.Sprintf("G-%d", i)
+		add(bigMerge(g, 1, 600<<10))
+		add(bigMerge(g, 2, 600<<10))
+		add(bigMerge(g, 3, 10))
+		add(workload.Record{Key: []byte("CMD"), Value: []byte(strings.Repeat("z", 600<<10))},
+			kgo.RecordHeader{Key: processor.HeaderCommand, Value: []byte("1")})
+		wantApplied[n], wantApplied[fmt.Sprintf("M-%d", i)], wantApplied[g] = 2, 1, 1
+	}
+	for _, r := range recs {
+		if err := cl.ProduceSync(t.Context(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := e.start(instOpts{})
+	e.waitCaughtUp(60 * time.Second)
+	select {
+	case err := <-in.done:
+		in.store.Close()
+		t.Fatalf("the worker exited: %v", err)
+	default:
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range e.read(projTopic) {
+		got[string(r.Key)] = string(r.Value)
+	}
+	for agg, v := range wantApplied {
+		if !strings.Contains(got[agg], fmt.Sprintf(`"version":%d,`, v)) {
+			t.Errorf("%s: not at version %d", agg, v)
+		}
+	}
+	dl := e.read(dlqTopic)
+	checkHeadersBounded(t, dl)
+	reasons := map[string]int{}
+	for _, r := range dl {
+		reasons[header(r, processor.HeaderReason)]++
+	}
+	if reasons["too-large"] != 4 || reasons["invalid:value"] != 4 || len(dl) != 8 {
+		t.Errorf("dead letters by reason %v, want too-large 4 and invalid:value 4", reasons)
+	}
+}
