@@ -286,7 +286,7 @@ func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error 
 	a.Executor, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
 		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
 		EffectsTopic: cfg.Kafka.EffectsTopic, DeadLetterTopic: cfg.Kafka.DeadLetterTopic,
-		Store: a.ExecutorStore, Effects: sideeffects.EffectsFromConfig(cfg.SideEffects),
+		Store: a.ExecutorStore, Effects: sideeffects.EffectsFromConfig(cfg.SideEffects), MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
 		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), Logger: a.Logger.With("component", "executor"),
 		Hooks: o.ExecutorHooks,
