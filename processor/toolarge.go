@@ -25,6 +25,9 @@ const recordOverhead = 64
 type stagingKV struct {
 	base   projection.KV
 	writes []stagedWrite
+	// hide, when set, hides the keys under it (an aggregate's held events,
+	// so that an Offer drains none).
+	hide []byte
 }
 
 type stagedWrite struct {
@@ -45,6 +48,9 @@ func (s *stagingKV) Get(key []byte) ([]byte, bool, error) {
 	if i := s.find(key); i >= 0 {
 		w := s.writes[i]
 		return w.val, !w.deleted, nil
+	}
+	if s.hide != nil && bytes.HasPrefix(key, s.hide) {
+		return nil, false, nil
 	}
 	return s.base.Get(key)
 }
@@ -166,7 +172,24 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 	if err != nil {
 		return step, "", err
 	}
-	if msg := p.tooLarge(g, &step, kv); msg != "" {
+	msg := p.tooLarge(g, &step, kv)
+	if msg != "" && len(step.Changes) > 1 {
+		// Held events drained after the offered one, and one of them is
+		// too large: apply the offered event alone, leaving them held (they
+		// wait under the gap policy).
+		kv = &stagingKV{base: b.Txn, hide: projection.HeldPrefix(t.Prefix, g.P.Name, ev.AggregateID)}
+		if step, err = g.Offer(kv, t.Prefix, ev, src, b.Now); err != nil {
+			return step, "", err
+		}
+		if msg2 := p.tooLarge(g, &step, kv); msg2 == "" {
+			p.cfg.Logger.Warn("held events left held: draining them would exceed kafka.maxRecordBytes",
+				"projection", g.P.Name, "aggregate", ev.AggregateID, "version", ev.AggregateVersion, "why", msg)
+			msg = ""
+		} else {
+			msg = msg2
+		}
+	}
+	if msg != "" {
 		return projection.Step{}, msg, nil
 	}
 	kv.flush()

@@ -206,3 +206,30 @@ func TestMixedLargeTrafficNeverExits(t *testing.T) {
 		t.Errorf("dead letters by reason %v, want too-large 4 and invalid:value 4", reasons)
 	}
 }
+
+// TestTooLargeDrainLeavesHeld: the offered event fits, but a held event it
+// would drain outgrows the limit: the offered event is applied, the held one
+// stays held (under the gap policy), and nothing is dead-lettered.
+func TestTooLargeDrainLeavesHeld(t *testing.T) {
+	e := newEnv(t, 1)
+	e.produce([]workload.Record{bigMerge("D-1", 1, 10), bigMerge("D-1", 3, 600<<10), bigMerge("D-1", 2, 600<<10)})
+	in := e.start(instOpts{})
+	e.waitCaughtUp(30 * time.Second)
+	st := in.p.Stats()
+	if n := st.Events("case-overview", "held"); n != 1 {
+		t.Errorf("%d held, want 1", n)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for _, r := range e.read(projTopic) {
+		last = string(r.Value)
+	}
+	if !strings.Contains(last, `"version":2,`) {
+		t.Errorf("D-1 not at version 2")
+	}
+	if dl := e.read(dlqTopic); len(dl) != 0 {
+		t.Errorf("%d dead letters (reason %q), want none", len(dl), header(dl[0], processor.HeaderReason))
+	}
+}
