@@ -64,10 +64,10 @@ func TestTooLargeOutputsDeadLettered(t *testing.T) {
 	default:
 	}
 	st := in.p.Stats()
-	if n := st.Events("case-overview", "held"); n != 1 {
+	if n := waitEvents(st, "held", 1); n != 1 {
 		t.Errorf("%d held, want 1 (version 5 behind the dead-lettered version 4)", n)
 	}
-	if n := st.Events("case-overview", "too-large"); n != 1 {
+	if n := waitEvents(st, "too-large", 1); n != 1 {
 		t.Errorf("%d too-large outcomes, want 1", n)
 	}
 	if err := in.stop(t); err != nil {
@@ -215,8 +215,7 @@ func TestTooLargeDrainLeavesHeld(t *testing.T) {
 	e.produce([]workload.Record{bigMerge("D-1", 1, 10), bigMerge("D-1", 3, 600<<10), bigMerge("D-1", 2, 600<<10)})
 	in := e.start(instOpts{})
 	e.waitCaughtUp(30 * time.Second)
-	st := in.p.Stats()
-	if n := st.Events("case-overview", "held"); n != 1 {
+	if n := waitEvents(in.p.Stats(), "held", 1); n != 1 {
 		t.Errorf("%d held, want 1", n)
 	}
 	if err := in.stop(t); err != nil {
@@ -231,5 +230,19 @@ func TestTooLargeDrainLeavesHeld(t *testing.T) {
 	}
 	if dl := e.read(dlqTopic); len(dl) != 0 {
 		t.Errorf("%d dead letters (reason %q), want none", len(dl), header(dl[0], processor.HeaderReason))
+	}
+}
+
+// waitEvents waits up to 10 s for the committed count of outcome to reach
+// want (the counters are published after the commit that the caught-up
+// offsets show) and returns it.
+func waitEvents(st *processor.Stats, outcome string, want int64) int64 {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := st.Events("case-overview", outcome)
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
