@@ -3,6 +3,7 @@ package processor
 import (
 	"errors"
 	"fmt"
+	"github.com/projector-dev/projector/internal/envelope"
 	"log/slog"
 	"time"
 
@@ -66,7 +67,7 @@ type Config struct {
 	MaxRecordsPerTxn   int           // default 5000
 	TransactionTimeout time.Duration // default 40s
 	SessionTimeout     time.Duration // default 45s
-	MaxRecordBytes     int           // envelope size limit, default 1 MiB
+	MaxRecordBytes     int           // kafka.maxRecordBytes: largest input accepted and record produced, default 1 MiB
 
 	Mode Mode
 	// Group overrides the consumer group and transactional-id prefix (default
@@ -110,6 +111,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MaxRecordsPerTxn <= 0 {
 		c.MaxRecordsPerTxn = 5000
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = envelope.DefaultMaxBytes
 	}
 	if c.TransactionTimeout <= 0 {
 		c.TransactionTimeout = 40 * time.Second

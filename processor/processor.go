@@ -86,7 +86,7 @@ func New(cfg Config) (*Processor, error) {
 		Inputs: cfg.Inputs, ChangelogOf: func(in string) string { return ChangelogTopic(cfg.Group, in) },
 		StartOffset:     cfg.StartOffset,
 		DeadLetterTopic: cfg.DeadLetterTopic, OutputTopics: outputs, Partitions: cfg.Partitions,
-		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn,
+		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn, MaxRecordBytes: cfg.MaxRecordBytes,
 		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
 		Restore: cfg.Dedup.Restore, Logger: cfg.Logger, Now: cfg.Now,
 		Hooks: cfg.Hooks, Stats: p.stats.Stats,

@@ -12,7 +12,7 @@ import (
 // Outcomes lists every outcome label, in the contract's order, plus "failed"
 // (handler error or held limit: dead-lettered) and "filtered" (a new event no
 // projection accepts; counted under projection "").
-var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "failed", "filtered"}
+var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "too-large", "failed", "filtered"}
 
 // tally is what one batch of a transaction changes outside Pebble: its
 // outcome counts and, for a task's batch, the task's gap-index changes and

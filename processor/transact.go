@@ -101,9 +101,14 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	}
 	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
 	for _, g := range matched {
-		step, err := g.Offer(b.Txn, t.Prefix, &ev, src, b.Now)
+		step, tooBig, err := p.offer(b, t, g, &ev, src)
 		if err != nil {
 			return err
+		}
+		if tooBig != "" {
+			p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, "projection "+g.P.Name+": "+tooBig)
+			tl.add(g.P.Name, ReasonTooLarge)
+			continue
 		}
 		tl.add(g.P.Name, outcomeLabel(step.Outcome))
 		if n := len(step.Changes); step.Outcome == projection.Applied && n > 1 {
@@ -205,7 +210,7 @@ type Command struct {
 func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	var c Command
 	if err := json.Unmarshal(r.Value, &c); err != nil || c.Op != "skip-gap" || c.Aggregate == "" {
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad operator command %q", r.Value))
+		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad operator command %q", eos.Truncate(r.Value, 256)))
 		return nil
 	}
 	skipped := 0

@@ -55,8 +55,12 @@ type WorkerConfig struct {
 	Store            *state.Store
 	Effects          map[string]Effect
 	// Workers bounds concurrent calls per owned partition.
-	Workers            int
-	MaxRecordsPerTxn   int
+	Workers          int
+	MaxRecordsPerTxn int
+	// MaxRecordBytes is kafka.maxRecordBytes: the producer's batch limit
+	// and created topics' max.message.bytes are raised above it (0: the
+	// client's defaults).
+	MaxRecordBytes     int
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
 	Partitions         int32
@@ -199,7 +203,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		Inputs:          []string{cfg.EffectsTopic},
 		ChangelogOf:     func(in string) string { return ChangelogTopic(cfg.Name, in) },
 		DeadLetterTopic: cfg.DeadLetterTopic, Partitions: cfg.Partitions,
-		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn,
+		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn, MaxRecordBytes: cfg.MaxRecordBytes,
 		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
 		Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks, Stats: w.stats.Stats,
 	}, (*workerHandler)(w))

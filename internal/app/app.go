@@ -263,7 +263,7 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
 		Projections: projs, Store: a.Store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
-		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
+		MaxRecordsPerTxn: cfg.Kafka.MaxRecordsPerTransaction, MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
 		Mode: o.Mode, Logger: a.Logger, Hooks: o.Hooks,
 	}
@@ -286,7 +286,7 @@ func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error 
 	a.Executor, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
 		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
 		EffectsTopic: cfg.Kafka.EffectsTopic, DeadLetterTopic: cfg.Kafka.DeadLetterTopic,
-		Store: a.ExecutorStore, Effects: sideeffects.EffectsFromConfig(cfg.SideEffects),
+		Store: a.ExecutorStore, Effects: sideeffects.EffectsFromConfig(cfg.SideEffects), MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
 		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), Logger: a.Logger.With("component", "executor"),
 		Hooks: o.ExecutorHooks,

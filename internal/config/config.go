@@ -10,6 +10,7 @@ import (
 const (
 	DefaultTransactionTimeout       = 40 * time.Second
 	DefaultMaxRecordsPerTransaction = 5000
+	DefaultMaxRecordBytes           = 1 << 20 // 1 MiB
 	DefaultSessionTimeout           = 45 * time.Second
 	DefaultEmbeddedListen           = "127.0.0.1:9092"
 	DefaultEmbeddedPartitions       = 4
@@ -93,6 +94,11 @@ type Kafka struct {
 	// MaxRecordsPerTransaction bounds one transaction's work; default 5000,
 	// 1..1000000.
 	MaxRecordsPerTransaction int `yaml:"maxRecordsPerTransaction"`
+	// MaxRecordBytes is the one record size limit: the largest input
+	// event accepted and the largest record produced (projection,
+	// changelog, held wrapper, intent). An event whose outputs would
+	// exceed it is dead-lettered too-large. Default 1MiB, 1KiB..64MiB.
+	MaxRecordBytes ByteSize `yaml:"maxRecordBytes"`
 	// SessionTimeout is the consumer group session timeout; default 45s.
 	SessionTimeout Duration `yaml:"sessionTimeout"`
 	// TLS is optional; TLS is used only when TLS != nil && TLS.Enabled.
@@ -265,6 +271,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if k.MaxRecordsPerTransaction == 0 {
 		k.MaxRecordsPerTransaction = DefaultMaxRecordsPerTransaction
+	}
+	if k.MaxRecordBytes == 0 {
+		k.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	if k.SessionTimeout == 0 {
 		k.SessionTimeout = Duration(DefaultSessionTimeout)

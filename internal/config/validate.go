@@ -204,6 +204,9 @@ func (c *Config) validateKafka(l *errorList) {
 	if k.TransactionTimeout <= 0 || k.TransactionTimeout >= Duration(15*time.Minute) {
 		l.add("kafka.transactionTimeout", "must be more than 0 and less than 15m, got %s", k.TransactionTimeout)
 	}
+	if k.MaxRecordBytes < 1<<10 || k.MaxRecordBytes > 64<<20 {
+		l.add("kafka.maxRecordBytes", "must be between 1KiB and 64MiB, got %s", k.MaxRecordBytes)
+	}
 	if k.MaxRecordsPerTransaction < 1 || k.MaxRecordsPerTransaction > 1_000_000 {
 		l.add("kafka.maxRecordsPerTransaction", "must be between 1 and 1000000, got %d", k.MaxRecordsPerTransaction)
 	}

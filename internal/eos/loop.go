@@ -108,8 +108,14 @@ type Config struct {
 	// (default: the earliest offset).
 	StartOffset *kgo.Offset
 
-	Store              *state.Store
-	MaxRecordsPerTxn   int
+	Store            *state.Store
+	MaxRecordsPerTxn int
+	// MaxRecordBytes is the largest record (key and value) the handler
+	// produces (kafka.maxRecordBytes; 0: the client's and broker's
+	// defaults). The producer's batch limit and the created topics'
+	// max.message.bytes are raised above it (MaxBatchBytes), so that the
+	// client never rejects a record the handler decided to write.
+	MaxRecordBytes     int
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
 	// Restore turns one changelog record (value nil: a tombstone) into the
@@ -595,6 +601,9 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 		opts = append(opts, kgo.InstanceID(l.cfg.InstanceID))
 	}
 	opts = append(opts, ClientTuning()...)
+	if l.cfg.MaxRecordBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(MaxBatchBytes(l.cfg.MaxRecordBytes))))
+	}
 	if l.cfg.StartOffset != nil {
 		opts = append(opts, kgo.ConsumeResetOffset(*l.cfg.StartOffset))
 	}
@@ -773,6 +782,41 @@ func (b *Batch) Produce(r *kgo.Record) { b.tx.produce(r) }
 // locates the whole record.
 const MaxDeadLetterBytes = 512 << 10
 
+// MaxBatchBytes is the producer batch limit (and created topics'
+// max.message.bytes) for records of at most maxRecord bytes: room for the
+// record, its headers (bounded by MaxHeaderBytes), a dead letter's
+// truncated original (MaxDeadLetterBytes) and the batch overhead.
+func MaxBatchBytes(maxRecord int) int {
+	return max(maxRecord, MaxDeadLetterBytes) + 16<<10
+}
+
+// MaxHeaderBytes bounds every header value the worker writes: a longer one
+// is cut to this size, ending in TruncatedMark.
+const MaxHeaderBytes = 1 << 10
+
+// TruncatedMark ends a header value cut to MaxHeaderBytes.
+const TruncatedMark = "…[truncated]"
+
+// HeaderValue is s as a header value, bounded to MaxHeaderBytes.
+func HeaderValue(s string) []byte {
+	if len(s) <= MaxHeaderBytes {
+		return []byte(s)
+	}
+	return append(Truncate([]byte(s), MaxHeaderBytes-len(TruncatedMark)), TruncatedMark...)
+}
+
+// Truncate returns b cut to at most n bytes (a copy when cut), not splitting
+// a UTF-8 sequence.
+func Truncate(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	for n > 0 && n < len(b) && b[n]&0xC0 == 0x80 {
+		n--
+	}
+	return append([]byte(nil), b[:n]...)
+}
+
 // HeaderOriginalBytes is set on a dead letter whose original was truncated.
 const HeaderOriginalBytes = "projector-original-bytes"
 
@@ -784,9 +828,9 @@ func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reaso
 		Key:   key,
 		Value: value,
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderReason, Value: []byte(reason)},
-			{Key: HeaderError, Value: []byte(msg)},
-			{Key: HeaderSource, Value: []byte(id.Topic + "/" + strconv.Itoa(int(id.Partition)) + "/" + strconv.FormatInt(offset, 10))},
+			{Key: HeaderReason, Value: HeaderValue(reason)},
+			{Key: HeaderError, Value: HeaderValue(msg)},
+			{Key: HeaderSource, Value: HeaderValue(id.Topic + "/" + strconv.Itoa(int(id.Partition)) + "/" + strconv.FormatInt(offset, 10))},
 		},
 	}
 	if len(key)+len(value) > MaxDeadLetterBytes {

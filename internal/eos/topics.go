@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -38,6 +39,11 @@ func (l *Loop) ensureTopics(ctx context.Context) error {
 	}
 	specs = append(specs, TopicSpec{Name: l.cfg.DeadLetterTopic})
 	specs = append(specs, l.cfg.OutputTopics...)
+	if l.cfg.MaxRecordBytes > 0 {
+		for i := range specs {
+			specs[i].MaxMessageBytes = MaxBatchBytes(l.cfg.MaxRecordBytes)
+		}
+	}
 	return EnsureTopics(ctx, adm, specs, l.cfg.Partitions)
 }
 
@@ -107,6 +113,8 @@ type TopicSpec struct {
 	CopartitionOf string
 	// MustExist: a missing topic is an error, not created.
 	MustExist bool
+	// MaxMessageBytes, when set, is the created topic's max.message.bytes.
+	MaxMessageBytes int
 }
 
 // EnsureTopics creates missing topics in order (a topic is created after the
@@ -145,10 +153,14 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, part
 		if s.MustExist {
 			return fmt.Errorf("eos: topic %s does not exist", s.Name)
 		}
-		var cfgs map[string]*string
+		cfgs := map[string]*string{}
 		if s.Compacted {
 			compact := "compact"
-			cfgs = map[string]*string{"cleanup.policy": &compact}
+			cfgs["cleanup.policy"] = &compact
+		}
+		if s.MaxMessageBytes > 0 {
+			mb := strconv.Itoa(s.MaxMessageBytes)
+			cfgs["max.message.bytes"] = &mb
 		}
 		resp, err := adm.CreateTopic(ctx, want, -1, cfgs, s.Name)
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {

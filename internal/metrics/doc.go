@@ -30,9 +30,9 @@
 //     the number of (record, projection) outcomes; the record-level series
 //     alone count records.
 //   - outcome: processor.Outcomes (applied, duplicate, stale, held, conflict,
-//     invalid, failed).
+//     invalid, too-large, failed, filtered).
 //   - reason: DeadLetterReasons ("invalid:<field>" for every envelope field,
-//     conflict, gap-timeout, handler-error).
+//     conflict, gap-timeout, handler-error, too-large).
 //   - effect, status: the configured side effects × EffectStatuses (enqueued,
 //     succeeded, failed, unknown, suppressed, duplicate); the value is the
 //     processor's count (enqueued, suppressed) plus the executor's (committed

@@ -52,13 +52,13 @@ var TransactionResults = []string{"committed", "aborted", "failed"}
 var DefaultTransactionBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
 
 // DeadLetterReasons returns every dead-letter reason: "invalid:<field>" for
-// EnvelopeFields, then conflict, gap-timeout and handler-error.
+// EnvelopeFields, then conflict, gap-timeout, handler-error and too-large.
 func DeadLetterReasons() []string {
-	out := make([]string, 0, len(EnvelopeFields)+3)
+	out := make([]string, 0, len(EnvelopeFields)+4)
 	for _, f := range EnvelopeFields {
 		out = append(out, "invalid:"+f)
 	}
-	return append(out, processor.ReasonConflict, processor.ReasonGapTimeout, processor.ReasonHandlerError)
+	return append(out, processor.ReasonConflict, processor.ReasonGapTimeout, processor.ReasonHandlerError, processor.ReasonTooLarge)
 }
 
 // Loop is the counters of one exactly-once loop (internal/eos): both

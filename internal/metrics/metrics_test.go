@@ -161,7 +161,7 @@ func TestEverySeriesExistsAtZero(t *testing.T) {
 
 	want := map[string]int{
 		"projector_events_total":          3 * len(processor.Outcomes), // two projections + _record
-		"projector_deadletter_total":      len(EnvelopeFields) + 3,
+		"projector_deadletter_total":      len(EnvelopeFields) + 4,
 		"projector_side_effects_total":    len(EffectStatuses),
 		"projector_transactions_total":    3,
 		"projector_gaps_open":             2,
@@ -375,13 +375,13 @@ func TestDeadLetterReasons(t *testing.T) {
 	for _, r := range []string{"invalid:eventId", "invalid:eventType", "invalid:aggregateId", "invalid:aggregateType",
 		"invalid:aggregateVersion", "invalid:tenantId", "invalid:occurredAt", "invalid:correlationId",
 		"invalid:causationId", "invalid:producer", "invalid:payload", "invalid:value",
-		"conflict", "gap-timeout", "handler-error"} {
+		"conflict", "gap-timeout", "handler-error", "too-large"} {
 		if !slices.Contains(got, r) {
 			t.Errorf("missing reason %s", r)
 		}
 	}
-	if len(got) != 15 {
-		t.Errorf("%d reasons, want 15: %v", len(got), got)
+	if len(got) != 16 {
+		t.Errorf("%d reasons, want 16: %v", len(got), got)
 	}
 }
 
@@ -496,7 +496,7 @@ func TestPebble(t *testing.T) {
 func ExampleDeadLetterReasons() {
 	r := DeadLetterReasons()
 	fmt.Println(len(r), r[0], r[len(r)-1])
-	// Output: 15 invalid:eventId handler-error
+	// Output: 16 invalid:eventId too-large
 }
 
 func TestTypedNilSources(t *testing.T) {

@@ -1,0 +1,248 @@
+package processor_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/processor"
+)
+
+// bigMerge is a CaseUpdated event for agg at version v whose payload merges
+// a field of n bytes (a distinct field per version, so the state grows).
+func bigMerge(agg string, v, n int) workload.Record {
+	val := fmt.Sprintf(`{"eventId":"%s-%d","eventType":"CaseUpdated","aggregateId":"%s","aggregateType":"RegulatoryCase","aggregateVersion":%d,"payload":{"f%d":"%s"}}`,
+		agg, v, agg, v, v, strings.Repeat("x", n))
+	return workload.Record{Key: []byte(agg), Value: []byte(val)}
+}
+
+func header(r *kgo.Record, k string) string {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// checkHeadersBounded fails if any header of the dead letters exceeds 1 KiB
+// (plus the truncation mark).
+func checkHeadersBounded(t *testing.T, recs []*kgo.Record) {
+	t.Helper()
+	for _, r := range recs {
+		for _, h := range r.Headers {
+			if len(h.Value) > 1<<10+64 {
+				t.Errorf("dead letter at %d: header %s is %d bytes, want ≤ 1 KiB", r.Offset, h.Key, len(h.Value))
+			}
+		}
+	}
+}
+
+// TestTooLargeOutputsDeadLettered is the issue's repro: five 300 KB merges
+// into one aggregate, then a small event for another. The worker keeps
+// running, the small event is applied, the merge whose state outgrows
+// kafka.maxRecordBytes is dead-lettered too-large and the later versions of
+// the big aggregate are held behind it.
+func TestTooLargeOutputsDeadLettered(t *testing.T) {
+	e := newEnv(t, 1)
+	var recs []workload.Record
+	for v := 1; v <= 5; v++ {
+		recs = append(recs, bigMerge("BIG-1", v, 300<<10))
+	}
+	recs = append(recs, bigMerge("SMALL-1", 1, 10))
+	e.produce(recs)
+	in := e.start(instOpts{})
+	e.waitCaughtUp(60 * time.Second)
+	select {
+	case err := <-in.done:
+		in.store.Close()
+		t.Fatalf("the worker exited: %v", err)
+	default:
+	}
+	st := in.p.Stats()
+	if n := waitEvents(st, "held", 1); n != 1 {
+		t.Errorf("%d held, want 1 (version 5 behind the dead-lettered version 4)", n)
+	}
+	if n := waitEvents(st, "too-large", 1); n != 1 {
+		t.Errorf("%d too-large outcomes, want 1", n)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	latest := map[string]*kgo.Record{}
+	for _, r := range e.read(projTopic) {
+		latest[string(r.Key)] = r
+	}
+	if latest["SMALL-1"] == nil {
+		t.Errorf("SMALL-1 not applied")
+	}
+	if r := latest["BIG-1"]; r == nil || !strings.Contains(string(r.Value), `"version":3`) {
+		t.Errorf("BIG-1: want its projection at version 3 (the fourth merge is too large)")
+	}
+	dl := e.read(dlqTopic)
+	checkHeadersBounded(t, dl)
+	tooLarge := 0
+	for _, r := range dl {
+		if header(r, processor.HeaderReason) == "too-large" {
+			tooLarge++
+			if !strings.Contains(header(r, processor.HeaderError), "maxRecordBytes") {
+				t.Errorf("projector-error %q does not name the limit", header(r, processor.HeaderError))
+			}
+		} else {
+			t.Errorf("unexpected dead letter, reason %q", header(r, processor.HeaderReason))
+		}
+	}
+	if tooLarge != 1 {
+		t.Errorf("%d too-large dead letters, want 1 (version 4)", tooLarge)
+	}
+}
+
+// TestCommandHugeNonJSONValueDeadLettered: a projector-command header on a
+// 600 KB non-JSON value is dead-lettered with a bounded projector-error (it
+// used to quote the whole value into the header, past any limit), and the
+// worker keeps running: the event after it is applied.
+func TestCommandHugeNonJSONValueDeadLettered(t *testing.T) {
+	e := newEnv(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ProducerBatchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cmd := &kgo.Record{Topic: inputTopic, Key: []byte("CMD-1"), Value: []byte(strings.Repeat("\x01not json ", 60<<10)),
+		Headers: []kgo.RecordHeader{{Key: processor.HeaderCommand, Value: []byte("1")}}}
+	after := bigMerge("AFTER-1", 1, 10)
+	if err := cl.ProduceSync(t.Context(), cmd, &kgo.Record{Topic: inputTopic, Key: after.Key, Value: after.Value}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	in := e.start(instOpts{})
+	e.waitCaughtUp(30 * time.Second)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	applied := false
+	for _, r := range e.read(projTopic) {
+		applied = applied || string(r.Key) == "AFTER-1"
+	}
+	if !applied {
+		t.Error("the event after the command was not applied")
+	}
+	dl := e.read(dlqTopic)
+	checkHeadersBounded(t, dl)
+	if len(dl) != 1 || header(dl[0], processor.HeaderReason) != "invalid:value" {
+		t.Fatalf("want one invalid:value dead letter, got %d", len(dl))
+	}
+}
+
+// TestMixedLargeTrafficNeverExits is the issue's acceptance 3: 1 MB-ish
+// events (which fit the limit but not the producer's old default), events
+// whose state outgrows the limit, a huge input header and a huge non-JSON
+// command, mixed with normal traffic: every normal and 1 MB-ish event is
+// applied, every oversize one is dead-lettered too-large, and the worker
+// never exits.
+func TestMixedLargeTrafficNeverExits(t *testing.T) {
+	e := newEnv(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ProducerBatchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	add := func(w workload.Record, hs ...kgo.RecordHeader) {
+		recs = append(recs, &kgo.Record{Topic: inputTopic, Key: w.Key, Value: w.Value, Headers: hs})
+	}
+	wantApplied := map[string]int{} // aggregate → final version
+	for i := 0; i < 4; i++ {
+		n := fmt.Sprintf("N-%d", i)
+		add(bigMerge(n, 1, 10))
+		// 1 MB-ish: over the producer's old default (1,000,012 bytes)
+		add(bigMerge(fmt.Sprintf("M-%d", i), 1, 1_000_000+i*10_000))
+		add(bigMerge(n, 2, 10), kgo.RecordHeader{Key: "x-big", Value: []byte(strings.Repeat("h", 200<<10))})
+		// oversize: two 600 KB merges; the second outgrows the limit and
+		// the small third waits behind it.
+		g := fmt.Sprintf("G-%d", i)
+		add(bigMerge(g, 1, 600<<10))
+		add(bigMerge(g, 2, 600<<10))
+		add(bigMerge(g, 3, 10))
+		add(workload.Record{Key: []byte("CMD"), Value: []byte(strings.Repeat("z", 600<<10))},
+			kgo.RecordHeader{Key: processor.HeaderCommand, Value: []byte("1")})
+		wantApplied[n], wantApplied[fmt.Sprintf("M-%d", i)], wantApplied[g] = 2, 1, 1
+	}
+	for _, r := range recs {
+		if err := cl.ProduceSync(t.Context(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := e.start(instOpts{})
+	e.waitCaughtUp(60 * time.Second)
+	select {
+	case err := <-in.done:
+		in.store.Close()
+		t.Fatalf("the worker exited: %v", err)
+	default:
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range e.read(projTopic) {
+		got[string(r.Key)] = string(r.Value)
+	}
+	for agg, v := range wantApplied {
+		if !strings.Contains(got[agg], fmt.Sprintf(`"version":%d,`, v)) {
+			t.Errorf("%s: not at version %d", agg, v)
+		}
+	}
+	dl := e.read(dlqTopic)
+	checkHeadersBounded(t, dl)
+	reasons := map[string]int{}
+	for _, r := range dl {
+		reasons[header(r, processor.HeaderReason)]++
+	}
+	if reasons["too-large"] != 4 || reasons["invalid:value"] != 4 || len(dl) != 8 {
+		t.Errorf("dead letters by reason %v, want too-large 4 and invalid:value 4", reasons)
+	}
+}
+
+// TestTooLargeDrainLeavesHeld: the offered event fits, but a held event it
+// would drain outgrows the limit: the offered event is applied, the held one
+// stays held (under the gap policy), and nothing is dead-lettered.
+func TestTooLargeDrainLeavesHeld(t *testing.T) {
+	e := newEnv(t, 1)
+	e.produce([]workload.Record{bigMerge("D-1", 1, 10), bigMerge("D-1", 3, 600<<10), bigMerge("D-1", 2, 600<<10)})
+	in := e.start(instOpts{})
+	e.waitCaughtUp(30 * time.Second)
+	if n := waitEvents(in.p.Stats(), "held", 1); n != 1 {
+		t.Errorf("%d held, want 1", n)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for _, r := range e.read(projTopic) {
+		last = string(r.Value)
+	}
+	if !strings.Contains(last, `"version":2,`) {
+		t.Errorf("D-1 not at version 2")
+	}
+	if dl := e.read(dlqTopic); len(dl) != 0 {
+		t.Errorf("%d dead letters (reason %q), want none", len(dl), header(dl[0], processor.HeaderReason))
+	}
+}
+
+// waitEvents waits up to 10 s for the committed count of outcome to reach
+// want (the counters are published after the commit that the caught-up
+// offsets show) and returns it.
+func waitEvents(st *processor.Stats, outcome string, want int64) int64 {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := st.Events("case-overview", outcome)
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
