@@ -35,7 +35,14 @@ func TestExecutorHugeNonJSONCommandDeadLettered(t *testing.T) {
 	waitFor(t, 30*time.Second, "the effects topic to take the commands", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		return cl.ProduceSync(ctx, cmd, cmd2).FirstErr() == nil
+		// One at a time: together they make a batch over the topic's
+		// limit (kafka.maxRecordBytes), which the broker refuses whole.
+		return cl.ProduceSync(ctx, cmd).FirstErr() == nil
+	})
+	waitFor(t, 30*time.Second, "the effects topic to take the second command", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return cl.ProduceSync(ctx, cmd2).FirstErr() == nil
 	})
 	var dl []*kgo.Record
 	waitFor(t, 30*time.Second, "the dead letter", func() bool {
