@@ -30,7 +30,12 @@ type Processor struct {
 // held events and when their gap opened. It is derived from Pebble on every
 // restore and updated only by commit hooks, so it is never ahead of Kafka.
 type taskState struct {
+	// gaps is the task's gap index: the aggregates with held events and
+	// since when. Change it only through setGap and closeGap, which keep
+	// sums (the per-projection summary publishGaps reports) up to date
+	// without walking the index after every commit.
 	gaps map[gapKey]time.Time
+	sums map[string]*gapSum
 	// due queues the gaps the last look through gaps found due and no
 	// transaction has expired yet; expiry takes them expireChunk at a time.
 	due []gapKey
@@ -125,7 +130,7 @@ func (p *Processor) Run(ctx context.Context) error {
 type pipeline Processor
 
 func (h *pipeline) Restored(t *eos.Task) error {
-	ts := &taskState{gaps: make(map[gapKey]time.Time), inflight: make(map[gapKey]struct{})}
+	ts := &taskState{gaps: make(map[gapKey]time.Time), sums: make(map[string]*gapSum), inflight: make(map[gapKey]struct{})}
 	p := (*Processor)(h)
 	if old, ok := t.Data.(*taskState); ok {
 		ts.sweep = old.sweep // a pass in progress survives a re-restore
@@ -167,7 +172,7 @@ func (h *pipeline) Restored(t *eos.Task) error {
 				return err
 			}
 			if ok && snap.HeldCount > 0 {
-				ts.gaps[gk] = snap.HeldSince
+				ts.setGap(gk, snap.HeldSince)
 			}
 		}
 		return nil
@@ -231,7 +236,77 @@ func (h *pipeline) Stage(b *eos.Batch) {
 	}
 }
 
-// publishGaps summarises the tasks' gap indexes for metrics.
+// gapSum is one projection's open gaps in one task: the count, kept as the
+// index changes, and the oldest, recomputed only after the oldest gap
+// closed or moved (stale).
+type gapSum struct {
+	open   int
+	oldest time.Time
+	stale  bool
+}
+
+func (ts *taskState) sum(projection string) *gapSum {
+	s := ts.sums[projection]
+	if s == nil {
+		s = &gapSum{}
+		ts.sums[projection] = s
+	}
+	return s
+}
+
+// setGap opens gap k, or moves it, with its held events waiting since since.
+func (ts *taskState) setGap(k gapKey, since time.Time) {
+	s := ts.sum(k.projection)
+	if old, ok := ts.gaps[k]; ok {
+		if old.Equal(s.oldest) {
+			s.stale = true
+		}
+	} else {
+		s.open++
+	}
+	ts.gaps[k] = since
+	if !s.stale && (s.oldest.IsZero() || since.Before(s.oldest)) {
+		s.oldest = since
+	}
+}
+
+// closeGap closes gap k, if it is open.
+func (ts *taskState) closeGap(k gapKey) {
+	old, ok := ts.gaps[k]
+	if !ok {
+		return
+	}
+	delete(ts.gaps, k)
+	s := ts.sum(k.projection)
+	s.open--
+	if s.open == 0 {
+		s.oldest, s.stale = time.Time{}, false
+	} else if old.Equal(s.oldest) {
+		s.stale = true
+	}
+}
+
+// summary returns projection's open gaps in the task, recomputing the
+// oldest if it went stale (one walk of the task's index, only then).
+func (ts *taskState) summary(projection string) (int, time.Time) {
+	s := ts.sums[projection]
+	if s == nil || s.open == 0 {
+		return 0, time.Time{}
+	}
+	if s.stale {
+		s.oldest, s.stale = time.Time{}, false
+		for k, since := range ts.gaps {
+			if k.projection == projection && (s.oldest.IsZero() || since.Before(s.oldest)) {
+				s.oldest = since
+			}
+		}
+	}
+	return s.open, s.oldest
+}
+
+// publishGaps summarises the tasks' gap indexes for metrics. It costs a look
+// per task and projection, not a walk of every open gap (tens of thousands
+// of held aggregates must not slow every commit down).
 func (p *Processor) publishGaps() {
 	g := make(map[string]GapSummary, len(p.cfg.Projections))
 	for _, pr := range p.cfg.Projections {
@@ -242,13 +317,17 @@ func (p *Processor) publishGaps() {
 		if ts == nil {
 			return
 		}
-		for k, since := range ts.gaps {
-			s := g[k.projection]
-			s.Open++
-			if s.Oldest.IsZero() || since.Before(s.Oldest) {
-				s.Oldest = since
+		for name := range ts.sums {
+			n, oldest := ts.summary(name)
+			if n == 0 {
+				continue
 			}
-			g[k.projection] = s
+			s := g[name]
+			s.Open += n
+			if s.Oldest.IsZero() || oldest.Before(s.Oldest) {
+				s.Oldest = oldest
+			}
+			g[name] = s
 		}
 	})
 	p.stats.setGaps(g)

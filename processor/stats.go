@@ -44,9 +44,9 @@ func (t *tally) committed() {
 	}
 	for k, since := range t.gaps {
 		if since.IsZero() {
-			delete(t.ts.gaps, k)
+			t.ts.closeGap(k)
 		} else {
-			t.ts.gaps[k] = since
+			t.ts.setGap(k, since)
 		}
 	}
 	t.release()
