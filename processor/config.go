@@ -3,13 +3,13 @@ package processor
 import (
 	"errors"
 	"fmt"
-	"github.com/projector-dev/projector/internal/envelope"
 	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/envelope"
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/projection"

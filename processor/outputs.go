@@ -152,8 +152,13 @@ func (p *Processor) gapsDue(now time.Time) bool {
 }
 
 // findDue queues every gap of the index that is due and not being expired.
+// The walk is skipped while no projection's oldest gap is due (the common
+// case with many gaps open: Due asks on every poll).
 func (ts *taskState) findDue(now time.Time, hold time.Duration) {
 	ts.due = ts.due[:0]
+	if !ts.oldestDue(now, hold) {
+		return
+	}
 	for k, since := range ts.gaps {
 		if now.Sub(since) >= hold {
 			if _, busy := ts.inflight[k]; !busy {
@@ -161,6 +166,17 @@ func (ts *taskState) findDue(now time.Time, hold time.Duration) {
 			}
 		}
 	}
+}
+
+// oldestDue reports whether some projection's oldest open gap has waited
+// the hold timeout (from the summary setGap and closeGap keep).
+func (ts *taskState) oldestDue(now time.Time, hold time.Duration) bool {
+	for name := range ts.sums {
+		if n, oldest := ts.summary(name); n > 0 && now.Sub(oldest) >= hold {
+			return true
+		}
+	}
+	return false
 }
 
 // isDue: the index still lists k as open past the hold timeout and no

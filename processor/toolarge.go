@@ -153,6 +153,13 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 			intents = append(intents, more...)
 		}
 		for _, in := range intents {
+			// The same upper bound first: the value copies the whole event,
+			// and emitIntents builds it again for the record it produces.
+			bound := recordOverhead + len(in.Key) + 160 + len(c.Source.Value) + 20 +
+				6*(len(in.Key)+len(in.Effect)+len(g.P.Name)+len(ev.AggregateID)+len(ev.EventID))
+			if bound <= limit {
+				continue
+			}
 			v := sideeffects.IntentValue(in, g.P.Name, c.Event, c.Version, c.Source.Value)
 			if n := len(in.Key) + len(v) + recordOverhead; n > limit {
 				return fmt.Sprintf("the side-effect intent %s of version %d would be %d bytes, over kafka.maxRecordBytes %d", in.Effect, c.Version, n, limit)

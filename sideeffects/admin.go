@@ -50,14 +50,14 @@ func SendResolve(ctx context.Context, opts []kgo.Opt, effectsTopic, key string, 
 	if as != Succeeded && as != Failed {
 		return fmt.Errorf("sideeffects: resolve as %s: want succeeded or failed", as)
 	}
-	v, _ := json.Marshal(Command{Op: "resolve", As: as.String(), Note: note})
+	v, _ := json.Marshal(Command{Op: OpResolve, As: as.String(), Note: note})
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	r := &kgo.Record{Topic: effectsTopic, Key: []byte(key), Value: v,
-		Headers: []kgo.RecordHeader{{Key: HeaderCommand, Value: []byte("resolve")}}}
+		Headers: []kgo.RecordHeader{{Key: HeaderCommand, Value: []byte(OpResolve)}}}
 	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 		return fmt.Errorf("sideeffects: send resolve for %q: %w", key, err)
 	}

@@ -440,10 +440,12 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	res := eff.Executor.Execute(callCtx, in, e.Intent)
 	cancelCall()
 
+	// One decision (its backoff is random): recorded here, or reported to
+	// the partition's next owner if the record fails.
+	a, to, next := r.outcome(eff, e.Attempts, res)
 	var done Entry
 	err = r.cfg.Store.Update(func(l *Ledger) (err error) {
-		a, to, next := r.outcome(eff, e.Attempts, res)
-		done, err = finishAs(l, key, a, to, next)
+		done, err = l.finish(key, "record "+to.String(), a, to, next)
 		return err
 	})
 	if err != nil {
@@ -452,7 +454,6 @@ func (r *Runner) process(ctx context.Context, key string) error {
 		// back, its next Runner records it rather than calling again.
 		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: e.Attempts, Result: res})
 		if r.cfg.Report != nil {
-			a, to, next := r.outcome(eff, e.Attempts, res)
 			r.cfg.Report(key, e.Attempts, a, to, next)
 		}
 		return fmt.Errorf("sideeffects: record %q: %w", key, err)
@@ -532,20 +533,6 @@ func (r *Runner) outcome(eff Effect, n int, res Result) (a Attempt, to Status, n
 			next = now.Add(r.cfg.Backoff(n))
 		}
 		return a, Unknown, next
-	}
-}
-
-// finishAs closes key's in-flight attempt with a, moving it to status to.
-func finishAs(l *Ledger, key string, a Attempt, to Status, next time.Time) (Entry, error) {
-	switch to {
-	case Succeeded:
-		return l.Succeed(key, a)
-	case Failed:
-		return l.Fail(key, a)
-	case Pending:
-		return l.Retry(key, a, next)
-	default:
-		return l.MarkUnknown(key, a, next)
 	}
 }
 

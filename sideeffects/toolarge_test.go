@@ -32,18 +32,15 @@ func TestExecutorHugeNonJSONCommandDeadLettered(t *testing.T) {
 	// into projector-error, unbounded.
 	cmd2 := &kgo.Record{Topic: "fx.effects", Key: []byte("k"), Value: []byte(`{"op":"resolve","as":"` + strings.Repeat("s", 600<<10) + `"}`),
 		Headers: []kgo.RecordHeader{{Key: sideeffects.HeaderCommand, Value: []byte("1")}}}
-	waitFor(t, 30*time.Second, "the effects topic to take the commands", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		// One at a time: together they make a batch over the topic's
-		// limit (kafka.maxRecordBytes), which the broker refuses whole.
-		return cl.ProduceSync(ctx, cmd).FirstErr() == nil
-	})
-	waitFor(t, 30*time.Second, "the effects topic to take the second command", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		return cl.ProduceSync(ctx, cmd2).FirstErr() == nil
-	})
+	// One at a time: together they make a batch over the topic's limit
+	// (kafka.maxRecordBytes), which the broker refuses whole.
+	for _, r := range []*kgo.Record{cmd, cmd2} {
+		waitFor(t, 30*time.Second, "the effects topic to take a command", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			return cl.ProduceSync(ctx, r).FirstErr() == nil
+		})
+	}
 	var dl []*kgo.Record
 	waitFor(t, 30*time.Second, "the dead letter", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -53,7 +53,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	// request timeout overhead (10s); kgo would abandon it and send it
 	// again. Let a's client wait instead, as it would for a slow broker.
 	a := startFxWorker(t, opts("a", kgo.RequestTimeoutOverhead(40*time.Second)))
-	fxWaitFor(t, 30*time.Second, "a to succeed every key", func() bool {
+	waitFor(t, 30*time.Second, "a to succeed every key", func() bool {
 		if a.returned() {
 			t.Fatalf("a: Run returned: %v", a.err)
 		}
@@ -113,7 +113,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	}
 
 	b := startFxWorker(t, opts("b"))
-	fxWaitFor(t, 30*time.Second, "b to be assigned both partitions", func() bool { return len(b.w.Stats().Assigned()) == 2 })
+	waitFor(t, 30*time.Second, "b to be assigned both partitions", func() bool { return len(b.w.Stats().Assigned()) == 2 })
 	assignedB := time.Since(heldAt)
 	// Give b every chance to start the key early, then let a's
 	// transaction through (well within its transaction timeout).
@@ -122,7 +122,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	close(release)
 	releaseAt := time.Now()
 
-	fxWaitFor(t, 40*time.Second, "the late key to succeed", func() bool {
+	waitFor(t, 40*time.Second, "the late key to succeed", func() bool {
 		recs, _ := readLedgerLog(t, brokers)
 		e, ok := lastEntries(recs)[lateKey]
 		return ok && e.Status == sideeffects.Succeeded

@@ -308,13 +308,7 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	r, err := NewRunner(RunnerConfig{
 		Store: &taskStore{w: w, task: t}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
 		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
-		Calls: w.calls, Scope: string(t.Prefix), Report: w.report,
-		OnChange: func(e Entry) {
-			w.stats.add(e.Effect, e.Status.String())
-			if w.cfg.OnChange != nil {
-				w.cfg.OnChange(e)
-			}
-		},
+		Calls: w.calls, Scope: string(t.Prefix), Report: w.report, OnChange: w.changed,
 	})
 	if err != nil {
 		cancel()
@@ -497,7 +491,7 @@ func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error 
 func (w *Worker) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	var c Command
 	if err := json.Unmarshal(r.Value, &c); err != nil || (c.Op != OpResolve && c.Op != OpOutcome) {
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad command: %s", truncate(r.Value, 256)))
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad command: %s", eos.Truncate(r.Value, 256)))
 		return nil
 	}
 	as, err := ParseStatus(c.As)
@@ -523,6 +517,14 @@ func (w *Worker) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	return nil
 }
 
+// changed counts a committed ledger transition and tells WorkerConfig.OnChange.
+func (w *Worker) changed(e Entry) {
+	w.stats.add(e.Effect, e.Status.String())
+	if w.cfg.OnChange != nil {
+		w.cfg.OnChange(e)
+	}
+}
+
 // settleReport records the outcome another Runner reported for attempt
 // c.Attempt of a key (see Command). A report the ledger has moved past – the
 // outcome was recorded already, or the key was tried again – changes
@@ -544,23 +546,13 @@ func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Comman
 	ov.merge()
 	wt, _ := t.Data.(*workerTask)
 	b.OnCommit(func() {
-		w.stats.add(e.Effect, e.Status.String())
-		if w.cfg.OnChange != nil {
-			w.cfg.OnChange(e)
-		}
+		w.changed(e)
 		w.cfg.Logger.Info("side effect outcome recorded from the previous owner's report", "key", e.Key, "status", e.Status, "attempt", c.Attempt)
 		if wt != nil {
 			wt.runner.Enqueue(e.Key) // a retry it scheduled re-reads the entry
 		}
 	})
 	return nil
-}
-
-func truncate(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[:n]
-	}
-	return b
 }
 
 // report sends the outcome of attempt n of key, which a revoked Runner

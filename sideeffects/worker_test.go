@@ -161,7 +161,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", within, what)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

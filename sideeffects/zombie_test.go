@@ -657,17 +657,6 @@ func checkExactlyOnce(t *testing.T, keys []string, final map[string]sideeffects.
 	return len(calls), retried, bad
 }
 
-func fxWaitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestExecutorZombieCannotCommit is the fault-matrix row "executor cut off
 // from the group coordinator (zombie)": instance a owns both effects
 // partitions and is calling its receiver when it is cut off, and instance b
@@ -709,7 +698,7 @@ func testZombie(t *testing.T, mode int) {
 			transactionTimeout: 10 * time.Second, sessionTimeout: 6 * time.Second, webhookTimeout: 2 * time.Second, workers: workers}
 	}
 	a := startFxWorker(t, opts("a", kgo.Dialer(gate.dial)))
-	fxWaitFor(t, 30*time.Second, "a to own both partitions and succeed 10 keys", func() bool {
+	waitFor(t, 30*time.Second, "a to own both partitions and succeed 10 keys", func() bool {
 		if a.returned() {
 			t.Fatalf("a: Run returned: %v", a.err)
 		}
@@ -738,9 +727,9 @@ func testZombie(t *testing.T, mode int) {
 	}()
 
 	b := startFxWorker(t, opts("b"))
-	fxWaitFor(t, 30*time.Second, "b to be assigned partitions", func() bool { return len(b.w.Stats().Assigned()) > 0 })
+	waitFor(t, 30*time.Second, "b to be assigned partitions", func() bool { return len(b.w.Stats().Assigned()) > 0 })
 	assignedB := time.Now()
-	fxWaitFor(t, 45*time.Second, "b to own both partitions and every key to succeed", func() bool {
+	waitFor(t, 45*time.Second, "b to own both partitions and every key to succeed", func() bool {
 		if len(b.w.Stats().Assigned()) != 2 {
 			return false
 		}
@@ -775,7 +764,7 @@ func testZombie(t *testing.T, mode int) {
 		t.Fatal("a did not drop the tasks it held at the cut within 40s of the heal")
 	}
 	// Let anything a still had queued reach the broker and settle.
-	fxWaitFor(t, 40*time.Second, "a to be ready again or stopped", func() bool {
+	waitFor(t, 40*time.Second, "a to be ready again or stopped", func() bool {
 		return a.returned() || (time.Since(healAt) > 3*time.Second && a.w.Stats().Ready())
 	})
 	time.Sleep(time.Second)

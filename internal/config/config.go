@@ -4,13 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/projector-dev/projector/internal/envelope"
 )
 
 // Defaults. Zero values in a Config are replaced by these in ApplyDefaults.
 const (
 	DefaultTransactionTimeout       = 40 * time.Second
 	DefaultMaxRecordsPerTransaction = 5000
-	DefaultMaxRecordBytes           = 1 << 20 // 1 MiB
 	DefaultSessionTimeout           = 45 * time.Second
 	DefaultEmbeddedListen           = "127.0.0.1:9092"
 	DefaultEmbeddedPartitions       = 4
@@ -273,7 +274,7 @@ func (c *Config) ApplyDefaults() {
 		k.MaxRecordsPerTransaction = DefaultMaxRecordsPerTransaction
 	}
 	if k.MaxRecordBytes == 0 {
-		k.MaxRecordBytes = DefaultMaxRecordBytes
+		k.MaxRecordBytes = envelope.DefaultMaxBytes // the envelope's own limit
 	}
 	if k.SessionTimeout == 0 {
 		k.SessionTimeout = Duration(DefaultSessionTimeout)

@@ -173,7 +173,6 @@ type Loop struct {
 	// assigned this member its partitions (possibly none) and not lost them.
 	fetched map[state.Task]bool
 	joined  bool
-	missing []string // input topics that do not exist (CreateInputs off)
 
 	tasks map[state.Task]*Task // owned by the loop goroutine
 	stats *Stats

@@ -97,8 +97,9 @@ func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) err
 // assigned) and, if not, why.
 func (l *Loop) publishReadiness() {
 	l.mu.Lock()
-	joined, missing := l.joined, l.missing
+	joined := l.joined
 	l.mu.Unlock()
+	missing := l.stats.MissingInputs()
 	var restoring []string
 	for id, t := range l.tasks {
 		if !t.verified {
@@ -200,7 +201,7 @@ func (r *restorer) staleStore(ctx context.Context, topic string, matched time.Ti
 	if matched.IsZero() {
 		return "the store does not record when it last matched the changelog (written by an older version)", nil
 	}
-	age := r.l.cfg.Now().Sub(matched)
+	age := r.l.cfg.Store.Now().Sub(matched) // the clock that stamped it
 	if age >= ret-ret/10 {
 		return fmt.Sprintf("the store last matched the changelog %s ago; the changelog keeps tombstones for %s (delete.retention.ms)",
 			age.Round(time.Second), ret), nil
@@ -412,7 +413,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 		}
 	}
 	if from >= end {
-		if stored && reset == 0 && from == end && p.cfg.Now().Sub(matched) > matchRefresh {
+		if stored && reset == 0 && from == end && st.Now().Sub(matched) > matchRefresh {
 			// Nothing to read: the store matches the changelog now.
 			if err := st.MarkMatched(id); err != nil {
 				return 0, err

@@ -98,9 +98,6 @@ func (l *Loop) waitInputs(ctx context.Context, adm *kadm.Client) error {
 }
 
 func (l *Loop) setMissing(topics []string) {
-	l.mu.Lock()
-	l.missing = topics
-	l.mu.Unlock()
 	l.stats.setMissing(topics)
 	l.publishReadiness()
 }

@@ -68,6 +68,11 @@ type Loop interface {
 	Restored() int64
 	Ready() bool
 	Assigned() []state.Task
+	// MissingInputs are the input topics the loop waits for
+	// (projector_input_topic_missing); RestoreRetries the restore attempts
+	// repeated after a broker error (projector_restore_retries_total).
+	MissingInputs() []string
+	RestoreRetries() int64
 	Observe(fn func(processor.TxnObservation))
 }
 
@@ -459,14 +464,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	missing := map[string]bool{}
 	var retries int64
 	for _, l := range m.loops {
-		if r, ok := l.(interface{ MissingInputs() []string }); ok {
-			for _, t := range r.MissingInputs() {
-				missing[t] = true
-			}
+		for _, t := range l.MissingInputs() {
+			missing[t] = true
 		}
-		if r, ok := l.(interface{ RestoreRetries() int64 }); ok {
-			retries += r.RestoreRetries()
-		}
+		retries += l.RestoreRetries()
 	}
 	for _, t := range m.o.Inputs {
 		if missing[t] {
@@ -487,6 +488,8 @@ func (zeroSource) Effects(string, string) int64           { return 0 }
 func (zeroSource) Transactions(string) int64              { return 0 }
 func (zeroSource) Restored() int64                        { return 0 }
 func (zeroSource) Ready() bool                            { return false }
+func (zeroSource) MissingInputs() []string                { return nil }
+func (zeroSource) RestoreRetries() int64                  { return 0 }
 func (zeroSource) Assigned() []state.Task                 { return nil }
 func (zeroSource) Gaps() map[string]processor.GapSummary  { return nil }
 func (zeroSource) Observe(func(processor.TxnObservation)) {}

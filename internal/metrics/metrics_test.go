@@ -71,6 +71,9 @@ func (f *fakeSource) Restored() int64 {
 	defer f.mu.Unlock()
 	return f.restored
 }
+func (f *fakeSource) MissingInputs() []string { return nil }
+func (f *fakeSource) RestoreRetries() int64   { return 0 }
+
 func (f *fakeSource) Ready() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

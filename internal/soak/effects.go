@@ -143,17 +143,6 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	fmt.Fprintf(w, `{"id":%q}`, "r-"+key)
 }
 
-// requests is the number of requests received so far, all keys together.
-func (r *receiver) requests() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, k := range r.keys {
-		n += k.requests
-	}
-	return n
-}
-
 // EffectsReport is the side-effect part of a soak's figure: what the
 // receiver saw against the keys the reference model expects, what the
 // committed effects topic holds, and what the executor's ledger says.
@@ -162,7 +151,6 @@ type EffectsReport struct {
 	Requests  int // webhook requests received
 	Applied   int // 201 responses: keys applied
 	Replays   int // 200 Idempotent-Replayed responses: a retry after an unknown outcome
-	Retried   int // keys with more than one request
 	Unknown   int // ledger attempts recorded as unknown (a kill inside a call, then Recover)
 	NoKeyReqs int // requests without Idempotency-Key
 	// SecondSuccess: keys answered 2xx more than once where the ledger
@@ -215,11 +203,7 @@ func ledgerSettled(ctx context.Context, brokers []string, want map[string]bool) 
 		if e.Status == sideeffects.Succeeded {
 			ok[e.Key] = true
 		}
-		for _, a := range e.History {
-			if a.Outcome == sideeffects.OutcomeUnknown {
-				unknownAttempts++
-			}
-		}
+		unknownAttempts += countUnknown(e)
 	}
 	for k := range want {
 		if !ok[k] {
@@ -294,7 +278,7 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 		second, unrecorded := judgeCalls(s, e)
 		if second {
 			r.SecondSuccess++
-			r.problem("key %s answered 2xx %d times, the ledger records %d unknown attempts", k, s.applied+s.replays, unknownAttempts(e))
+			r.problem("key %s answered 2xx %d times, the ledger records %d unknown attempts", k, s.applied+s.replays, countUnknown(e))
 		}
 		if unrecorded {
 			r.Unrecorded++
@@ -304,9 +288,6 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 		r.Applied += s.applied
 		r.Replays += s.replays
 		r.Concurrent += s.concurrent
-		if s.requests > 1 {
-			r.Retried++
-		}
 		if s.concurrent > 0 {
 			r.problem("key %s: %d requests while another was in flight", k, s.concurrent)
 		}
@@ -323,10 +304,10 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 // (the executor retried a success it had learnt), unrecorded a request that
 // no committed attempt accounts for.
 func judgeCalls(s *keyStats, e sideeffects.Entry) (second, unrecorded bool) {
-	return s.applied+s.replays > 1 && s.replays > unknownAttempts(e), s.requests > e.Attempts
+	return s.applied+s.replays > 1 && s.replays > countUnknown(e), s.requests > e.Attempts
 }
 
-func unknownAttempts(e sideeffects.Entry) int {
+func countUnknown(e sideeffects.Entry) int {
 	n := 0
 	for _, a := range e.History {
 		if a.Outcome == sideeffects.OutcomeUnknown {

@@ -168,6 +168,9 @@ func (o *offsets) waitPending(ctx context.Context, w *worker, within time.Durati
 		if p > 0 || w.hasExited() || ctx.Err() != nil || time.Now().After(deadline) {
 			return p
 		}
+		if err != nil {
+			time.Sleep(20 * time.Millisecond) // the broker is away: do not spin
+		}
 	}
 }
 

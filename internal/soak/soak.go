@@ -437,6 +437,15 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 				break
 			}
 		}
+		// Offsets at the life's first commit: a kill counts as "while
+		// offsets move" only if the processor committed again after it,
+		// in the random while below (the first commit itself is what
+		// waitMoved waited for, so it proves nothing).
+		atFirst, err := off.readRetry(ctx, time.Minute)
+		if err != nil {
+			w.kill()
+			return res, err
+		}
 		// Live a random while under load, then strike at the next moment
 		// the processor has input it has not committed (the input arrives
 		// every 50ms and is often processed within a few ms; striking
@@ -487,7 +496,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		k := Kill{Life: life, Lived: time.Since(moved.at), Pending: pending}
 		now, cerr := off.read(ctx)
 		w.kill()
-		k.Moving = cerr == nil && now.proc > base.proc
+		k.Moving = cerr == nil && now.proc > atFirst.proc
 		res.Kills = append(res.Kills, k)
 		if k.Moving {
 			res.KillsMoving++

@@ -42,9 +42,10 @@ func TestSoakCI(t *testing.T) {
 		Events: *soakEvents, Kills: *soakKills, Seed: *soakSeed, BrokerRestarts: 1,
 		KillMin: 300 * time.Millisecond, KillMax: 1500 * time.Millisecond,
 		RestartBound: restartBound,
-		// Two restarts over the bound already fail the test: stop killing
-		// then rather than wait out a group session per kill.
-		StopAfterSlow: 2,
+		// With 20 restarts the nearest-rank p99 is the slowest, so one
+		// restart over the bound fails the test: stop killing then rather
+		// than wait out a group session per kill.
+		StopAfterSlow: 1,
 		Dir:           t.TempDir(), Log: testWriter{t},
 	})
 	if err != nil {
@@ -59,7 +60,7 @@ func TestSoakCI(t *testing.T) {
 	if res.StoppedEarly != "" {
 		t.Errorf("kills stopped early: %s", res.StoppedEarly)
 	}
-	if len(res.Kills) < 20 || res.Figure.Events < 20000 {
+	if len(res.Kills) < 20 || res.Figure.Events < *soakEvents {
 		t.Errorf("too small for CI: %d SIGKILLs (want ≥ 20), %d events", len(res.Kills), res.Figure.Events)
 	}
 	if res.RestartLatency.N < len(res.Kills) {

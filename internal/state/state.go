@@ -57,6 +57,10 @@ var ErrFatal = errors.New("state: fatal storage error")
 // contain turns Pebble's fatal panic (its Logger.Fatalf) during a write into
 // ErrFatal, so that the loop stops with an error instead of the process
 // crashing mid-flight; the store is then unusable.
+// Now is the store's clock (Options.Now): the one the match times of
+// ChangelogPosition are stamped with, so their age must be taken with it.
+func (s *Store) Now() time.Time { return s.now() }
+
 func (s *Store) contain(err *error) {
 	if r := recover(); r != nil {
 		s.broken.Store(true)
