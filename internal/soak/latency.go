@@ -188,9 +188,8 @@ type Restart struct {
 type Kill struct {
 	Life  int
 	Lived time.Duration // from the life's first commit to the kill
-	// Moving: the processor group's committed offsets advanced in the killed
-	// life before the kill, i.e. between the previous kill (or the life's
-	// start, or a broker restart in it) and this kill.
+	// Moving: the processor group's committed offsets advanced after the
+	// life's first commit (the one the soak waits for) and before the kill.
 	Moving bool
 	// Pending is the input produced and not committed by the processor at
 	// the moment of the kill (the soak strikes at the first such moment

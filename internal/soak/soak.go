@@ -163,8 +163,8 @@ type Result struct {
 	WorkerExits    []string
 	BrokerRestarts int
 	// Kills are the SIGKILLs, in order; KillsMoving of them landed while the
-	// processor group's committed offsets were moving (they advanced in the
-	// killed life before the kill), KillsPending while produced input was
+	// processor group's committed offsets were moving (they advanced after
+	// the life's first commit, before the kill), KillsPending while produced input was
 	// waiting uncommitted.
 	Kills                     []Kill
 	KillsMoving, KillsPending int
