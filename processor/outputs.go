@@ -208,17 +208,28 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		// the aggregate as this transaction sees it (a gap closed or
 		// moved meanwhile is not due), and emitStep records what it
 		// reports (the lagging hooks close a gap closed meanwhile).
-		step, err := g.Expire(b.Txn, e.task.Prefix, e.key.aggregate, p.cfg.GapPolicy, b.Now, p.cfg.HoldTimeout)
+		step, dropped, why, err := p.expireStep(b, e.task.Prefix, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
 		if err != nil {
 			return err
 		}
 		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, e.task, g, e.key.aggregate, step)
-		if step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
+		p.deadLetterTooLarge(b, e.task, g, dropped, why)
+		if dropped == nil && step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
 			continue // not due
 		}
 		p.cfg.Logger.Info("gap timed out", "projection", g.P.Name, "aggregate", e.key.aggregate,
-			"policy", p.cfg.GapPolicy, "applied", len(step.Changes), "deadLettered", len(step.Dropped))
+			"policy", p.cfg.GapPolicy, "applied", len(step.Changes), "deadLettered", len(step.Dropped), "tooLarge", dropped != nil)
 	}
 	return nil
+}
+
+// deadLetterTooLarge dead-letters a held event that a gap expiry left
+// unapplied because its outputs would exceed the record limit (nil: none).
+func (p *Processor) deadLetterTooLarge(b *eos.Batch, t *eos.Task, g *projection.Guard, c *projection.Change, why string) {
+	if c == nil {
+		return
+	}
+	p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
+	p.tallyOf(b).add(g.P.Name, ReasonTooLarge)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/projection"
@@ -120,20 +121,24 @@ func (s *stagingKV) flush() {
 	s.writes = s.writes[:0]
 }
 
+// aggHeaderBound bounds an aggregate state record's bytes before its
+// document (format, version, deleted flag, held count and since).
+const aggHeaderBound = 32
+
 // tooLarge reports why the step's outputs would exceed the record limit
-// ("" when they fit): its staged state records (each one a changelog record;
-// held events are stored in their wrapper), its projection records and its
-// intent records.
-func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *stagingKV) string {
+// ("" when they fit), and at which of its Changes (-1: a state record no
+// Change accounts for, such as a held-event wrapper). Per Change it checks
+// the aggregate's state record after it (a changelog record), its
+// projection record and its intent records; then the staged state records
+// (held events are stored in their wrapper).
+func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *stagingKV, aggKeyLen int) (string, int) {
 	limit := p.cfg.MaxRecordBytes
-	for _, w := range kv.writes {
-		if n := len(w.key) + len(w.val) + recordOverhead; !w.deleted && n > limit {
-			return fmt.Sprintf("the event's state record (changelog, or held-event wrapper) would be %d bytes, over kafka.maxRecordBytes %d", n, limit)
-		}
-	}
 	for i := range step.Changes {
 		c := &step.Changes[i]
 		ev := c.Event
+		if n := aggKeyLen + aggHeaderBound + len(c.State) + recordOverhead; n > limit {
+			return fmt.Sprintf("the aggregate's state record after version %d would be about %d bytes, over kafka.maxRecordBytes %d", c.Version, n, limit), i
+		}
 		// An upper bound first (escaping at most sextuples a string); the
 		// record is built only when the bound exceeds the limit.
 		bound := recordOverhead + 2*len(ev.AggregateID) + projectionRecordText + len(c.State) +
@@ -141,7 +146,7 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 		if bound > limit {
 			r := projectionRecord(g.P, *c)
 			if n := len(r.Key) + len(r.Value) + recordOverhead; n > limit {
-				return fmt.Sprintf("the projection record of version %d would be %d bytes, over kafka.maxRecordBytes %d", c.Version, n, limit)
+				return fmt.Sprintf("the projection record of version %d would be %d bytes, over kafka.maxRecordBytes %d", c.Version, n, limit), i
 			}
 		}
 		if p.cfg.Mode == Rebuild {
@@ -162,11 +167,16 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 			}
 			v := sideeffects.IntentValue(in, g.P.Name, c.Event, c.Version, c.Source.Value)
 			if n := len(in.Key) + len(v) + recordOverhead; n > limit {
-				return fmt.Sprintf("the side-effect intent %s of version %d would be %d bytes, over kafka.maxRecordBytes %d", in.Effect, c.Version, n, limit)
+				return fmt.Sprintf("the side-effect intent %s of version %d would be %d bytes, over kafka.maxRecordBytes %d", in.Effect, c.Version, n, limit), i
 			}
 		}
 	}
-	return ""
+	for _, w := range kv.writes {
+		if n := len(w.key) + len(w.val) + recordOverhead; !w.deleted && n > limit {
+			return fmt.Sprintf("the event's state record (changelog, or held-event wrapper) would be %d bytes, over kafka.maxRecordBytes %d", n, limit), len(step.Changes) - 1
+		}
+	}
+	return "", -1
 }
 
 // offer is Guard.Offer through a staging overlay: a step whose outputs would
@@ -179,7 +189,8 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 	if err != nil {
 		return step, "", err
 	}
-	msg := p.tooLarge(g, &step, kv)
+	aggKeyLen := len(projection.AggregateKey(t.Prefix, g.P.Name, ev.AggregateID))
+	msg, _ := p.tooLarge(g, &step, kv, aggKeyLen)
 	if msg != "" && len(step.Changes) > 1 {
 		// Held events drained after the offered one, and one of them is
 		// too large: apply the offered event alone, leaving them held (they
@@ -188,7 +199,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 		if step, err = g.Offer(kv, t.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
-		if msg2 := p.tooLarge(g, &step, kv); msg2 == "" {
+		if msg2, _ := p.tooLarge(g, &step, kv, aggKeyLen); msg2 == "" {
 			p.cfg.Logger.Warn("held events left held: draining them would exceed kafka.maxRecordBytes",
 				"projection", g.P.Name, "aggregate", ev.AggregateID, "version", ev.AggregateVersion, "why", msg)
 			msg = ""
@@ -201,4 +212,35 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 	}
 	kv.flush()
 	return step, "", nil
+}
+
+// expireStep is Guard.Expire through a staging overlay, as offer is for
+// Offer. Under skip, a held event whose outputs would exceed the record
+// limit is not applied: the skip ends in front of it, it leaves the held
+// events and is returned (with why) to be dead-lettered too-large, and the
+// versions after it wait behind it under the gap policy – so an oversized
+// held event can neither abort the transaction nor stop the expiry.
+func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step projection.Step, dropped *projection.Change, why string, err error) {
+	aggKeyLen := len(projection.AggregateKey(prefix, g.P.Name, aggregate))
+	var stop int64
+	for {
+		kv := &stagingKV{base: b.Txn}
+		step, err = g.ExpireBefore(kv, prefix, aggregate, pol, b.Now, hold, stop)
+		if err != nil {
+			return step, nil, "", err
+		}
+		msg, at := p.tooLarge(g, &step, kv, aggKeyLen)
+		if msg == "" {
+			kv.flush()
+			return step, dropped, why, nil
+		}
+		if at < 0 || (stop != 0 && step.Changes[at].Version >= stop) {
+			// Nothing left to leave out: a bug in the bounds above, not
+			// input; fail the transaction rather than emit a record the
+			// broker refuses.
+			return step, nil, "", fmt.Errorf("projection %s, aggregate %q: gap expiry: %s", g.P.Name, aggregate, msg)
+		}
+		c := step.Changes[at]
+		dropped, why, stop = &c, msg, c.Version
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/workload"
 	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/projection"
 )
 
 // bigMerge is a CaseUpdated event for agg at version v whose payload merges
@@ -244,5 +245,75 @@ func waitEvents(st *processor.Stats, outcome string, want int64) int64 {
 			return n
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSkipExpiryTooLargeDeadLettered: under onTimeout skip, the gap of
+// BIG-2 (version 1 never comes) expires and the skip applies versions 2 to
+// 4; version 5's merge would make the state outgrow kafka.maxRecordBytes.
+// It is dead-lettered too-large and left out (the skip used to produce it
+// and abort the transaction, again after every restart), and version 6
+// waits behind it until the next expiry skips it too. The partition keeps
+// flowing: SMALL-2, produced after, is applied.
+func TestSkipExpiryTooLargeDeadLettered(t *testing.T) {
+	e := newEnv(t, 1)
+	var clock skewedClock
+	var recs []workload.Record
+	for v := 2; v <= 5; v++ {
+		recs = append(recs, bigMerge("BIG-2", v, 300<<10))
+	}
+	recs = append(recs, bigMerge("BIG-2", 6, 10))
+	e.produce(recs)
+	in := e.start(instOpts{policy: projection.Skip, hold: time.Minute, now: clock.now})
+	st := in.p.Stats()
+	if n := waitEvents(st, "held", 5); n != 5 {
+		t.Fatalf("%d held, want 5", n)
+	}
+	clock.set(2 * time.Minute) // the gap before version 2 expires
+	if n := waitEvents(st, "too-large", 1); n != 1 {
+		t.Fatalf("%d too-large outcomes after the first expiry, want 1", n)
+	}
+	if n := waitEvents(st, "applied", 3); n != 3 {
+		t.Errorf("%d applied after the first expiry, want 3 (versions 2 to 4)", n)
+	}
+	if g := st.Gaps()["case-overview"]; g.Open != 1 {
+		t.Errorf("%d gaps open after the first expiry, want 1 (version 6 behind the dead-lettered 5)", g.Open)
+	}
+	clock.set(4 * time.Minute) // the new gap before version 6 expires
+	if n := waitEvents(st, "applied", 4); n != 4 {
+		t.Errorf("%d applied after the second expiry, want 4 (version 6 too)", n)
+	}
+	e.produce([]workload.Record{bigMerge("SMALL-2", 1, 10)})
+	if n := waitEvents(st, "applied", 5); n != 5 {
+		t.Errorf("%d applied, want 5 (SMALL-2 too)", n)
+	}
+	select {
+	case err := <-in.done:
+		t.Fatalf("the worker exited: %v", err)
+	default:
+	}
+	if n := st.Transactions("aborted"); n != 0 {
+		t.Errorf("%d aborted transactions, want 0", n)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	latest := map[string]*kgo.Record{}
+	for _, r := range e.read(projTopic) {
+		latest[string(r.Key)] = r
+	}
+	if r := latest["BIG-2"]; r == nil || !strings.Contains(string(r.Value), `"version":6`) {
+		t.Errorf("BIG-2: want its projection at version 6, after version 5 was left out")
+	}
+	if latest["SMALL-2"] == nil {
+		t.Errorf("SMALL-2 not applied")
+	}
+	dl := e.read(dlqTopic)
+	checkHeadersBounded(t, dl)
+	if len(dl) != 1 || header(dl[0], processor.HeaderReason) != "too-large" || !strings.Contains(string(dl[0].Value), `"aggregateVersion":5`) {
+		t.Fatalf("dead letters: want one, version 5, too-large; got %d", len(dl))
+	}
+	if !strings.Contains(header(dl[0], processor.HeaderError), "maxRecordBytes") {
+		t.Errorf("projector-error %q does not name the limit", header(dl[0], processor.HeaderError))
 	}
 }

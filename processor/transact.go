@@ -218,13 +218,17 @@ func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		if c.Projection != "" && g.P.Name != c.Projection {
 			continue
 		}
-		step, err := g.Expire(b.Txn, t.Prefix, c.Aggregate, projection.Skip, b.Now, 0)
+		step, dropped, why, err := p.expireStep(b, t.Prefix, g, c.Aggregate, projection.Skip, 0)
 		if err != nil {
 			return err
 		}
 		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, t, g, c.Aggregate, step) // updates the gap index when events were held
+		p.deadLetterTooLarge(b, t, g, dropped, why)
 		skipped += len(step.Changes)
+		if dropped != nil {
+			skipped++
+		}
 		if len(step.Changes) > 0 {
 			p.cfg.Logger.Info("gap skipped by operator", "projection", g.P.Name, "aggregate", c.Aggregate,
 				"from", step.Changes[0].Version, "applied", len(step.Changes), "stillHeld", step.HeldCount, "note", c.Note)

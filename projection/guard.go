@@ -456,8 +456,13 @@ func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step, spare *[1
 
 // drain applies held events while the next version is waiting.
 func (g *Guard) drain(kv KV, hp []byte, st *aggState, step *Step, now time.Time) error {
+	return g.drainBefore(kv, hp, st, step, now, 0)
+}
+
+// drainBefore is drain that applies no version from stop on (0: no stop).
+func (g *Guard) drainBefore(kv KV, hp []byte, st *aggState, step *Step, now time.Time, stop int64) error {
 	drained := false
-	for st.heldCount > 0 {
+	for st.heldCount > 0 && (stop == 0 || st.version+1 < stop) {
 		hk := heldKey(hp, st.version+1)
 		v, ok, err := kv.Get(hk)
 		if err != nil {
@@ -535,6 +540,14 @@ func ParsePolicy(s string) (Policy, error) {
 // younger gap is left alone, and the step reports it as it is (HeldBefore =
 // HeldCount, HeldSince). Operators use Skip with hold 0 through `gaps skip`.
 func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time, hold time.Duration) (Step, error) {
+	return g.ExpireBefore(kv, taskPrefix, aggregate, p, now, hold, 0)
+}
+
+// ExpireBefore is Expire whose Skip applies no held event from version stop
+// on (0: no stop). The held event at stop itself is removed unapplied (the
+// caller dead-letters it: its outputs would not fit a record), and the
+// versions after it wait behind it as a new gap, under the same policy.
+func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time, hold time.Duration, stop int64) (Step, error) {
 	var step Step
 	if p == Wait {
 		return step, nil
@@ -600,9 +613,21 @@ func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now
 			kv.Delete(h.key)
 			st.heldCount--
 			st.version = h.version - 1 // jump the gap
-			if g.applyHeld(&st, h.val, &step) {
-				if err := g.drain(kv, hp, &st, &step, now); err != nil {
+			if h.version != stop && g.applyHeld(&st, h.val, &step) {
+				if err := g.drainBefore(kv, hp, &st, &step, now, stop); err != nil {
 					return step, err
+				}
+			}
+			if stop != 0 && st.version+1 == stop {
+				// The event at stop is not applied: the skip ends in front
+				// of it, and it leaves the held events.
+				if sk := heldKey(hp, stop); stop != h.version {
+					if _, ok, err := kv.Get(sk); err != nil {
+						return step, err
+					} else if ok {
+						kv.Delete(sk)
+						st.heldCount--
+					}
 				}
 			}
 		}

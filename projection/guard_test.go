@@ -213,6 +213,47 @@ func TestGuardExpireSkipWaitsAgainForTheNextGap(t *testing.T) {
 	}
 }
 
+// TestGuardExpireBeforeLeavesOutTheStop: a skip with a stop applies the
+// held versions below it, removes the stop's held event unapplied and
+// leaves the versions after it held behind it; a stop at the first held
+// version applies nothing.
+func TestGuardExpireBeforeLeavesOutTheStop(t *testing.T) {
+	kv, g := newTxn(t), guard(true, 100)
+	for _, v := range []int64{1, 3, 4, 5, 6} {
+		ev, src := event(t, "Set", v, `{}`)
+		if _, err := g.Offer(kv, prefix, ev, src, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step, err := g.ExpireBefore(kv, prefix, "A", projection.Skip, t0.Add(time.Hour), 0, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(step.Changes) != 2 || step.Changes[0].Version != 3 || step.Changes[1].Version != 4 || step.HeldCount != 1 {
+		t.Fatalf("stop 5: applied %+v, %d held; want 3 and 4 applied, 6 held", step.Changes, step.HeldCount)
+	}
+	snap, _, _ := g.Inspect(kv, prefix, "A")
+	if snap.Version != 4 {
+		t.Fatalf("stop 5: version %d, want 4", snap.Version)
+	}
+	// Version 6 is now the first held; a stop there applies nothing.
+	step, err = g.ExpireBefore(kv, prefix, "A", projection.Skip, t0.Add(2*time.Hour), 0, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(step.Changes) != 0 || step.HeldCount != 0 {
+		t.Fatalf("stop 6: applied %+v, %d held; want none of either", step.Changes, step.HeldCount)
+	}
+	if snap, _, _ = g.Inspect(kv, prefix, "A"); snap.Version != 5 {
+		t.Fatalf("stop 6: version %d, want 5 (the skip ends in front of 6)", snap.Version)
+	}
+	// Version 6 (left out) never comes back: version 7 applies in order.
+	ev, src := event(t, "Set", 7, `{}`)
+	if step, _ = g.Offer(kv, prefix, ev, src, t0); step.Outcome != projection.Held {
+		t.Fatalf("v7 after a stop at 6: %v, want held behind the missing 6", step.Outcome)
+	}
+}
+
 // TestGuardExpireDeadLetter drops every held event with its source.
 func TestGuardExpireDeadLetter(t *testing.T) {
 	kv, g := newTxn(t), guard(true, 100)
