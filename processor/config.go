@@ -172,7 +172,16 @@ func (c *Config) validate() error {
 // StoreOptions are the state.Options of a processor's store, with a block
 // cache of cacheBytes (0: the store's default).
 func StoreOptions(cacheBytes int64) state.Options {
-	return state.Options{CacheBytes: cacheBytes, Cached: cached}
+	return state.Options{CacheBytes: cacheBytes, Cached: cached, FilterOnly: heldKey}
+}
+
+// heldKey selects the held events among the cached keys for the filter
+// alone: "first arrival wins" asks the filter, but a held event's value (the
+// whole event) is read back once, when its gap closes, and caching it cost
+// a stream of held events a cache insert per record and evicted the
+// aggregates the cache is for.
+func heldKey(changelogKey []byte) bool {
+	return len(changelogKey) > 0 && changelogKey[0] == projection.KindHeld
 }
 
 // cached selects the keys the store keeps fast paths for (the value cache
@@ -180,8 +189,8 @@ func StoreOptions(cacheBytes int64) state.Options {
 // next event; held events are looked up by every event that arrives ahead
 // of its version ("first arrival wins" asks whether the version is held
 // already, almost always not: the filter answers without Pebble, so a
-// stream of held events is no slower than valid ones) and read again when
-// the gap closes. Dedup marks (write-once, read rarely: the per-task filter
+// stream of held events is no slower than valid ones), and their values
+// stay out of the value cache (heldKey). Dedup marks (write-once, read rarely: the per-task filter
 // and the recent-ids cache answer most checks) are not selected.
 func cached(changelogKey []byte) bool {
 	return len(changelogKey) > 0 && (changelogKey[0] == projection.KindAggregate || changelogKey[0] == projection.KindHeld)

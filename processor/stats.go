@@ -24,15 +24,24 @@ type tally struct {
 	effects map[[2]string]int64 // (effect, status)
 	// ts is the batch's task (nil on the transaction's top batch).
 	ts *taskState
-	// gaps are the task's gap-index changes (zero time: closed); nil until
-	// one happens.
-	gaps map[gapKey]time.Time
+	// gaps are the task's gap-index changes in the order they happened
+	// (zero since: closed), applied in that order, so an aggregate's last
+	// change wins. A list, not a map: a stream of held events changes a gap
+	// per record, and a map growing by thousands per transaction cost more
+	// than the change itself.
+	gaps []gapChange
 	// expired are the gaps this transaction expired (taskState.inflight
 	// until it commits or aborts).
 	expired []gapKey
 	// seg collects the task's dedup marks into changelog segments; once
 	// committed they enter the task's front cache of recent ids.
 	seg dedup.Marks
+}
+
+// gapChange is one change of an aggregate's gap (zero since: closed).
+type gapChange struct {
+	key   gapKey
+	since time.Time
 }
 
 // committed applies the task's changes once the transaction committed (in
@@ -42,11 +51,11 @@ func (t *tally) committed() {
 	if t.ts == nil {
 		return
 	}
-	for k, since := range t.gaps {
-		if since.IsZero() {
-			t.ts.closeGap(k)
+	for _, c := range t.gaps {
+		if c.since.IsZero() {
+			t.ts.closeGap(c.key)
 		} else {
-			t.ts.setGap(k, since)
+			t.ts.setGap(c.key, c.since)
 		}
 	}
 	t.release()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -159,14 +158,11 @@ func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, agg
 // the task's batch), applied once the transaction commits (tally.committed).
 func (p *Processor) trackGap(b *eos.Batch, k gapKey, step projection.Step) {
 	tl := p.tallyOf(b)
-	if tl.gaps == nil {
-		tl.gaps = map[gapKey]time.Time{}
-	}
+	c := gapChange{key: k}
 	if step.HeldCount > 0 {
-		tl.gaps[k] = step.HeldSince
-	} else {
-		tl.gaps[k] = time.Time{}
+		c.since = step.HeldSince
 	}
+	tl.gaps = append(tl.gaps, c)
 }
 
 func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {

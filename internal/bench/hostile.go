@@ -27,6 +27,8 @@ type HostileOptions struct {
 	// Dir holds the broker and the stores; "" makes a temporary one.
 	Dir      string
 	Progress io.Writer
+	// Kinds overrides HostileKinds (the order they run in).
+	Kinds []string
 }
 
 // HostileRate is one stream's measurement.
@@ -92,16 +94,20 @@ func Hostile(ctx context.Context, o HostileOptions) ([]HostileRate, error) {
 	bo := Defaults()
 	bo.Partitions, bo.Batch = o.Partitions, o.Batch
 	var out []HostileRate
-	for _, kind := range HostileKinds {
+	kinds := o.Kinds
+	if kinds == nil {
+		kinds = HostileKinds
+	}
+	for i, kind := range kinds {
 		recs := hostileStream(kind, o.Records)
-		input := "hostile-" + kind
+		input := "hostile-" + strconv.Itoa(i) + "-" + kind // a kind may run twice
 		if err := testkit.CreateTopic(ctx, brokers, input, int32(o.Partitions)); err != nil {
 			return nil, err
 		}
 		if err := testkit.Produce(ctx, brokers, input, recs); err != nil {
 			return nil, fmt.Errorf("bench: produce %s: %w", input, err)
 		}
-		ph, got, err := pipeline(ctx, bo, brokers, input, "hostile-"+kind, filepath.Join(dir, "state-"+kind), int64(len(recs)))
+		ph, got, err := pipeline(ctx, bo, brokers, input, input, filepath.Join(dir, "state-"+input), int64(len(recs)))
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s stream: %w", kind, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/projector-dev/projector/internal/race"
@@ -23,7 +24,11 @@ func TestHostileStreams(t *testing.T) {
 	if v := os.Getenv("PROJECTOR_HOSTILE_RECORDS"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}
-	rates, err := Hostile(context.Background(), HostileOptions{Records: n, Dir: t.TempDir()})
+	var kinds []string
+	if v := os.Getenv("PROJECTOR_HOSTILE_KINDS"); v != "" {
+		kinds = strings.Split(v, ",")
+	}
+	rates, err := Hostile(context.Background(), HostileOptions{Records: n, Dir: t.TempDir(), Kinds: kinds})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func (c *valueCache) committed(ws []committedWrite, selective bool) {
 		return
 	}
 	for _, w := range ws {
-		if !w.cached {
+		if !w.valued {
 			continue
 		}
 		h := w.hash

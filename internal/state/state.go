@@ -136,6 +136,11 @@ type Options struct {
 	// filter. nil: every key (read values enter the cache, commits refresh
 	// them).
 	Cached func(changelogKey []byte) bool
+	// FilterOnly narrows Cached: of the keys it selects, those whose
+	// values stay out of the value cache (the key filter still answers
+	// reads of them never written). For keys looked up often but whose
+	// values are large and read back rarely, such as held events. nil: none.
+	FilterOnly func(changelogKey []byte) bool
 	// Now is the clock that stamps a task's changelog position with the
 	// time its state matched the changelog (ChangelogPosition); nil means
 	// time.Now. Tests pass an older clock to age a store.
@@ -154,9 +159,10 @@ type Store struct {
 	scanDone chan struct{}
 	stopScan atomic.Bool
 
-	cached func([]byte) bool
-	now    func() time.Time
-	broken atomic.Bool // a fatal error was contained: Close must not touch Pebble
+	cached     func([]byte) bool
+	filterOnly func([]byte) bool
+	now        func() time.Time
+	broken     atomic.Bool // a fatal error was contained: Close must not touch Pebble
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -188,7 +194,7 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
 	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
-		cached: o.Cached, now: o.Now}
+		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -258,8 +264,10 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 		if !s.keys.mayContain(h) {
 			return nil, false, nil // never written
 		}
-		if v, ok := s.cache.get(h, key); ok {
-			return v, true, nil
+		if cached = s.valueCached(key); cached {
+			if v, ok := s.cache.get(h, key); ok {
+				return v, true, nil
+			}
 		}
 	}
 	v, closer, err := s.db.Get(key)
@@ -284,6 +292,16 @@ func (s *Store) isCached(key []byte) bool {
 	}
 	ck, ok := changelogKey(key)
 	return ok && s.cached(ck)
+}
+
+// valueCached reports whether a key isCached selects also enters the value
+// cache (not Options.FilterOnly).
+func (s *Store) valueCached(key []byte) bool {
+	if s.filterOnly == nil {
+		return true
+	}
+	ck, ok := changelogKey(key)
+	return !ok || !s.filterOnly(ck)
 }
 
 // ChangelogOffset returns the next changelog offset the task's state must be

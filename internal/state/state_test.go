@@ -314,3 +314,48 @@ func TestCachedSelection(t *testing.T) {
 		t.Fatal("a deleted key is still read")
 	}
 }
+
+// TestFilterOnlySelection: keys Options.FilterOnly narrows enter the key
+// filter (a read of one never written is answered without Pebble) but not
+// the value cache, on commit or on read.
+func TestFilterOnlySelection(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{
+		Cached:     func(ck []byte) bool { return len(ck) > 0 && (ck[0] == 'a' || ck[0] == 'h') },
+		FilterOnly: func(ck []byte) bool { return len(ck) > 0 && ck[0] == 'h' },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	task := Task{Topic: "in", Partition: 0}
+	pre := task.Prefix()
+	agg, held := append(append([]byte(nil), pre...), "a1"...), append(append([]byte(nil), pre...), "h1"...)
+	txn := st.NewTxn()
+	txn.Set(agg, []byte("v1"))
+	txn.Set(held, []byte("e1"))
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cachedValue(st, agg); !ok {
+		t.Fatal("a cached key did not enter the value cache on commit")
+	}
+	if _, ok := cachedValue(st, held); ok {
+		t.Fatal("a filter-only key entered the value cache on commit")
+	}
+	var inFilter int64
+	for _, l := range *st.keys.layers.Load() {
+		inFilter += l.n.Load()
+	}
+	if inFilter != 2 {
+		t.Fatalf("key filter holds %d keys, want 2 (both selected keys)", inFilter)
+	}
+	if v, ok, err := st.Get(held); !ok || err != nil || string(v) != "e1" {
+		t.Fatalf("get held: %q %v %v", v, ok, err)
+	}
+	if _, ok := cachedValue(st, held); ok {
+		t.Fatal("a filter-only key entered the value cache on read")
+	}
+	if !st.keys.mayContain(keyHash(held)) {
+		t.Fatal("a filter-only key is missing from the key filter")
+	}
+}

@@ -174,16 +174,18 @@ func (s *Store) WriteAll(txns []*Txn) error {
 // store keeps fast paths for its key (Options.Cached), and then hash is its
 // keyHash.
 type committedWrite struct {
-	key    string
-	val    []byte
-	cached bool
-	hash   uint64
+	key string
+	val []byte
+	// cached: the key filter holds the key (Options.Cached); valued: the
+	// value cache takes its value too (not Options.FilterOnly).
+	cached, valued bool
+	hash           uint64
 }
 
 func (s *Store) committedWrite(key string, val []byte) committedWrite {
 	w := committedWrite{key: key, val: val}
 	if kb := unsafe.Slice(unsafe.StringData(key), len(key)); s.isCached(kb) {
-		w.cached, w.hash = true, keyHash(kb)
+		w.cached, w.valued, w.hash = true, s.valueCached(kb), keyHash(kb)
 	}
 	return w
 }
