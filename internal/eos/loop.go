@@ -72,6 +72,11 @@ type Task struct {
 	// committed or uncommitted offsets since the assignment. When it stops
 	// doing so the partition was revoked or lost (see Loop.dropLost).
 	inOffsets bool
+	// stagedHint is how many keys the task's last transaction staged: the
+	// next one's staging map starts that large (consecutive transactions
+	// stage similar numbers, and growing a map of thousands of keys step by
+	// step cost more than the staging itself).
+	stagedHint int
 }
 
 // Verified reports whether the task's state has been restored after the
@@ -717,7 +722,7 @@ func (b *Batch) For(t *Task) *Batch {
 	if p := tx.bases[t.ID]; p != nil {
 		base = p.Txn
 	}
-	c := &Batch{Txn: tx.store.NewTxnOver(base), Now: tx.top.Now, task: t, tx: tx}
+	c := &Batch{Txn: tx.store.NewTxnSized(base, t.stagedHint), Now: tx.top.Now, task: t, tx: tx}
 	tx.byTask[t.ID] = c
 	tx.children = append(tx.children, c)
 	return c

@@ -443,7 +443,9 @@ func (l *Loop) invalidate() {
 // stage ends a task batch's processing: the handler's Stage, then its
 // changelog records.
 func (l *Loop) stage(b *Batch) error {
-	return stageChangelog(l.h, l.cfg.ChangelogOf(b.task.ID.Topic), b)
+	err := stageChangelog(l.h, l.cfg.ChangelogOf(b.task.ID.Topic), b)
+	b.task.stagedHint = b.Txn.Len()
+	return err
 }
 
 // stageChangelog runs h's Stage (if it is a Stager) on a task batch, then

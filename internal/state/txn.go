@@ -43,11 +43,15 @@ func (s *Store) NewTxn() *Txn {
 // the store) before the store. Its map is sized like base's, as consecutive
 // transactions of a task stage similar numbers of keys: growing the map
 // step by step costs more than the staging itself.
-func (s *Store) NewTxnOver(base *Txn) *Txn {
-	if base == nil {
-		return s.NewTxn()
+func (s *Store) NewTxnOver(base *Txn) *Txn { return s.NewTxnSized(base, 0) }
+
+// NewTxnSized is NewTxnOver with room for at least hint staged keys (the
+// caller's count from its previous transaction).
+func (s *Store) NewTxnSized(base *Txn, hint int) *Txn {
+	if base != nil {
+		hint = max(hint, len(base.writes))
 	}
-	return &Txn{s: s, base: base, writes: make(map[string]staged, len(base.writes)), offsets: make(map[Task]int64)}
+	return &Txn{s: s, base: base, writes: make(map[string]staged, hint), offsets: make(map[Task]int64)}
 }
 
 // Detach stops t reading through its base: call it once the base's writes are
