@@ -11,7 +11,7 @@ import (
 // step of a random sequence of opens, moves and closes.
 func TestGapSummaryMatchesIndex(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	ts := &taskState{gaps: map[gapKey]time.Time{}, sums: map[string]*gapSum{}}
+	ts := &taskState{gaps: map[gapKey]int64{}, sums: map[string]*gapSum{}}
 	base := time.Unix(1_700_000_000, 0)
 	projs := []string{"a", "b"}
 	for step := range 20000 {
@@ -19,13 +19,13 @@ func TestGapSummaryMatchesIndex(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			ts.closeGap(k)
 		} else {
-			ts.setGap(k, base.Add(time.Duration(rng.IntN(1000))*time.Second))
+			ts.setGap(k, base.Add(time.Duration(rng.IntN(1000_000))*time.Millisecond))
 		}
 		for _, p := range projs {
 			n, oldest := ts.summary(p)
 			wantN, wantOldest := 0, time.Time{}
-			for gk, since := range ts.gaps {
-				if gk.projection == p {
+			for gk, ms := range ts.gaps {
+				if since := time.UnixMilli(ms); gk.projection == p {
 					wantN++
 					if wantOldest.IsZero() || since.Before(wantOldest) {
 						wantOldest = since

@@ -160,7 +160,7 @@ func (ts *taskState) findDue(now time.Time, hold time.Duration) {
 		return
 	}
 	for k, since := range ts.gaps {
-		if now.Sub(since) >= hold {
+		if now.Sub(time.UnixMilli(since)) >= hold {
 			if _, busy := ts.inflight[k]; !busy {
 				ts.due = append(ts.due, k)
 			}
@@ -183,7 +183,7 @@ func (ts *taskState) oldestDue(now time.Time, hold time.Duration) bool {
 // transaction in flight has expired it.
 func (ts *taskState) isDue(k gapKey, now time.Time, hold time.Duration) bool {
 	since, ok := ts.gaps[k]
-	if !ok || now.Sub(since) < hold {
+	if !ok || now.Sub(time.UnixMilli(since)) < hold {
 		return false
 	}
 	_, busy := ts.inflight[k]

@@ -34,7 +34,10 @@ type taskState struct {
 	// since when. Change it only through setGap and closeGap, which keep
 	// sums (the per-projection summary publishGaps reports) up to date
 	// without walking the index after every commit.
-	gaps map[gapKey]time.Time
+	// The value is the gap's start in unix milliseconds (the resolution
+	// the aggregate record keeps): a pointer-free value, as a stream of
+	// held events makes this index large and the collector scans it.
+	gaps map[gapKey]int64
 	sums map[string]*gapSum
 	// due queues the gaps the last look through gaps found due and no
 	// transaction has expired yet; expiry takes them expireChunk at a time.
@@ -130,7 +133,7 @@ func (p *Processor) Run(ctx context.Context) error {
 type pipeline Processor
 
 func (h *pipeline) Restored(t *eos.Task) error {
-	ts := &taskState{gaps: make(map[gapKey]time.Time), sums: make(map[string]*gapSum), inflight: make(map[gapKey]struct{})}
+	ts := &taskState{gaps: make(map[gapKey]int64), sums: make(map[string]*gapSum), inflight: make(map[gapKey]struct{})}
 	p := (*Processor)(h)
 	if old, ok := t.Data.(*taskState); ok {
 		ts.sweep = old.sweep // a pass in progress survives a re-restore
@@ -152,27 +155,22 @@ func (h *pipeline) Restored(t *eos.Task) error {
 		ts.recent = dedup.NewRecent(recentIDs)
 	}
 	t.Data = ts
-	heldPrefix := append(append([]byte(nil), t.Prefix...), projection.KindHeld)
-	kv := storeKV{p.cfg.Store}
-	err := p.cfg.Store.Scan(heldPrefix, func(k, _ []byte) error {
-		proj, agg, _, err := projection.ParseHeldKey(k[len(t.Prefix):])
-		if err != nil {
-			return nil // inspect reports corrupt keys; the guard never wrote one
+	// The gap index from the aggregate records: their held count covers
+	// the held events under their own keys and the one a record carries
+	// inline (which has no key to find it by).
+	aggPrefix := append(append([]byte(nil), t.Prefix...), projection.KindAggregate)
+	err := p.cfg.Store.Scan(aggPrefix, func(k, v []byte) error {
+		snap, err := projection.DecodeSnapshot(v)
+		if err != nil || snap.HeldCount == 0 {
+			return nil // inspect reports corrupt records; the guard never wrote one
 		}
-		gk := gapKey{proj, agg}
-		if _, ok := ts.gaps[gk]; ok {
+		proj, agg, err := projection.ParseAggregateKey(k[len(t.Prefix):])
+		if err != nil {
 			return nil
 		}
 		for _, g := range p.guards {
-			if g.P.Name != proj {
-				continue
-			}
-			snap, ok, err := g.Inspect(kv, t.Prefix, agg)
-			if err != nil {
-				return err
-			}
-			if ok && snap.HeldCount > 0 {
-				ts.setGap(gk, snap.HeldSince)
+			if g.P.Name == proj {
+				ts.setGap(gapKey{proj, agg}, snap.HeldSince)
 			}
 		}
 		return nil
@@ -258,13 +256,14 @@ func (ts *taskState) sum(projection string) *gapSum {
 func (ts *taskState) setGap(k gapKey, since time.Time) {
 	s := ts.sum(k.projection)
 	if old, ok := ts.gaps[k]; ok {
-		if old.Equal(s.oldest) {
+		if time.UnixMilli(old).Equal(s.oldest) {
 			s.stale = true
 		}
 	} else {
 		s.open++
 	}
-	ts.gaps[k] = since
+	since = time.UnixMilli(since.UnixMilli())
+	ts.gaps[k] = since.UnixMilli()
 	if !s.stale && (s.oldest.IsZero() || since.Before(s.oldest)) {
 		s.oldest = since
 	}
@@ -281,7 +280,7 @@ func (ts *taskState) closeGap(k gapKey) {
 	s.open--
 	if s.open == 0 {
 		s.oldest, s.stale = time.Time{}, false
-	} else if old.Equal(s.oldest) {
+	} else if time.UnixMilli(old).Equal(s.oldest) {
 		s.stale = true
 	}
 }
@@ -295,8 +294,8 @@ func (ts *taskState) summary(projection string) (int, time.Time) {
 	}
 	if s.stale {
 		s.oldest, s.stale = time.Time{}, false
-		for k, since := range ts.gaps {
-			if k.projection == projection && (s.oldest.IsZero() || since.Before(s.oldest)) {
+		for k, ms := range ts.gaps {
+			if since := time.UnixMilli(ms); k.projection == projection && (s.oldest.IsZero() || since.Before(s.oldest)) {
 				s.oldest = since
 			}
 		}

@@ -26,9 +26,6 @@ const recordOverhead = 64
 type stagingKV struct {
 	base   projection.KV
 	writes []stagedWrite
-	// hide, when set, hides the keys under it (an aggregate's held events,
-	// so that an Offer drains none).
-	hide []byte
 }
 
 type stagedWrite struct {
@@ -49,9 +46,6 @@ func (s *stagingKV) Get(key []byte) ([]byte, bool, error) {
 	if i := s.find(key); i >= 0 {
 		w := s.writes[i]
 		return w.val, !w.deleted, nil
-	}
-	if s.hide != nil && bytes.HasPrefix(key, s.hide) {
-		return nil, false, nil
 	}
 	return s.base.Get(key)
 }
@@ -195,8 +189,8 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 		// Held events drained after the offered one, and one of them is
 		// too large: apply the offered event alone, leaving them held (they
 		// wait under the gap policy).
-		kv = &stagingKV{base: b.Txn, hide: projection.HeldPrefix(t.Prefix, g.P.Name, ev.AggregateID)}
-		if step, err = g.Offer(kv, t.Prefix, ev, src, b.Now); err != nil {
+		kv = &stagingKV{base: b.Txn}
+		if step, err = g.OfferHoldingBack(kv, t.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
 		if msg2, _ := p.tooLarge(g, &step, kv, aggKeyLen); msg2 == "" {

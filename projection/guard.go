@@ -90,33 +90,76 @@ type Guard struct {
 	// decoded again (0: the envelope default); it must match the limit the
 	// processor accepted them under.
 	MaxRecordBytes int
+	// InlineHeldBytes bounds the held event an aggregate record may carry
+	// inline (its stored wrapper; 0: DefaultInlineHeld, negative: none).
+	InlineHeldBytes int
+}
+
+// DefaultInlineHeld is the largest held event (stored wrapper) an aggregate
+// record carries inline. An aggregate's first held event goes into its
+// record, which is written anyway (the held count changes), instead of a key
+// of its own: a stream of events that each open a gap then costs one state
+// write per event, as in-order events do, not two. Larger events, and any
+// held while the slot is taken, get a key of their own; the slot is kept
+// small because the record is rewritten with every later event of the
+// aggregate until the event drains.
+const DefaultInlineHeld = 4 << 10
+
+// maxInlineRecord is the largest aggregate record (state and inline event)
+// that takes an inline held event: a large state is rewritten with it.
+const maxInlineRecord = 64 << 10
+
+func (g *Guard) inlineLimit() int {
+	if g.InlineHeldBytes == 0 {
+		return DefaultInlineHeld
+	}
+	return g.InlineHeldBytes
 }
 
 // aggState is the stored per-aggregate record.
 type aggState struct {
 	version   int64
 	deleted   bool
-	heldCount int64
+	heldCount int64 // held events: the inline one and those under the held prefix
 	heldSince int64 // unix ms; 0 when nothing is held
-	doc       []byte
+	// inlineV is the version of the held event the record carries inline
+	// (0: none), inline its stored wrapper (encodeHeld).
+	inlineV int64
+	inline  []byte
+	doc     []byte
 }
 
-const aggFormat = 1
+// Record formats: aggFormat is the header and the document; aggFormatInline
+// adds, between them, a held event (uvarint version, uvarint length, the
+// wrapper). A record without an inline event is written in aggFormat, so
+// stores and changelogs without one read as before.
+const (
+	aggFormat       = 1
+	aggFormatInline = 2
+)
 
-// maxAggHeader bounds the encoded record before the document.
-const maxAggHeader = 1 + binary.MaxVarintLen64 + 1 + 2*binary.MaxVarintLen64
+// maxAggHeader bounds the encoded record before the document (and the
+// inline event's bytes).
+const maxAggHeader = 1 + binary.MaxVarintLen64 + 1 + 4*binary.MaxVarintLen64
 
 // encode returns the record in a new slice of its exact size (KV.Set keeps it).
 func (s *aggState) encode() []byte {
 	var h [maxAggHeader]byte
 	hdr := s.appendHeader(h[:0])
-	b := make([]byte, 0, len(hdr)+len(s.doc))
+	b := make([]byte, 0, len(hdr)+len(s.inline)+len(s.doc))
 	b = append(b, hdr...)
+	b = append(b, s.inline...)
 	return append(b, s.doc...)
 }
 
+// appendHeader appends the record up to the inline event's bytes (or the
+// document, without one).
 func (s *aggState) appendHeader(b []byte) []byte {
-	b = append(b, aggFormat)
+	if s.inlineV > 0 {
+		b = append(b, aggFormatInline)
+	} else {
+		b = append(b, aggFormat)
+	}
 	b = binary.AppendUvarint(b, uint64(s.version))
 	var flags byte
 	if s.deleted {
@@ -124,16 +167,22 @@ func (s *aggState) appendHeader(b []byte) []byte {
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(s.heldCount))
-	return binary.AppendVarint(b, s.heldSince)
+	b = binary.AppendVarint(b, s.heldSince)
+	if s.inlineV > 0 {
+		b = binary.AppendUvarint(b, uint64(s.inlineV))
+		b = binary.AppendUvarint(b, uint64(len(s.inline)))
+	}
+	return b
 }
 
 var errCorrupt = errors.New("projection: corrupt aggregate record")
 
 func decodeAgg(b []byte) (aggState, error) {
 	var s aggState
-	if len(b) < 1 || b[0] != aggFormat {
+	if len(b) < 1 || (b[0] != aggFormat && b[0] != aggFormatInline) {
 		return s, errCorrupt
 	}
+	inline := b[0] == aggFormatInline
 	b = b[1:]
 	v, n := binary.Uvarint(b)
 	if n <= 0 || len(b) < n+1 {
@@ -153,8 +202,30 @@ func decodeAgg(b []byte) (aggState, error) {
 		return s, errCorrupt
 	}
 	s.heldSince = hs
-	s.doc = b[n:]
+	b = b[n:]
+	if inline {
+		iv, n := binary.Uvarint(b)
+		if n <= 0 || iv == 0 {
+			return s, errCorrupt
+		}
+		b = b[n:]
+		il, n := binary.Uvarint(b)
+		if n <= 0 || il > uint64(len(b)-n) {
+			return s, errCorrupt
+		}
+		b = b[n:]
+		s.inlineV, s.inline, b = int64(iv), b[:il:il], b[il:]
+	}
+	s.doc = b
 	return s, nil
+}
+
+// takeInline removes the inline held event from st (it stays in the slice
+// it was decoded from) and returns it.
+func (st *aggState) takeInline() []byte {
+	v := st.inline
+	st.inlineV, st.inline = 0, nil
+	return v
 }
 
 // AggregateKey is the state key of (projection, aggregate) below taskPrefix.
@@ -268,6 +339,17 @@ const offerKeyRoom = 80 // 128 + 80 bytes: a 208-byte size class
 
 // Offer presents a new (deduplicated) event to the guard.
 func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time) (Step, error) {
+	return g.offer(kv, taskPrefix, ev, src, now, true)
+}
+
+// OfferHoldingBack is Offer that drains no held event after ev: they stay
+// held, under the gap policy (the processor's way out when draining them
+// would produce a record over its size limit).
+func (g *Guard) OfferHoldingBack(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time) (Step, error) {
+	return g.offer(kv, taskPrefix, ev, src, now, false)
+}
+
+func (g *Guard) offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time, drain bool) (Step, error) {
 	sc := new(offerScratch)
 	key := appendAggregateKey(sc.key[:0], taskPrefix, g.P.Name, ev.AggregateID)
 	key = key[:len(key):len(key)]
@@ -290,7 +372,7 @@ func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.
 		g.applyStore(kv, key, &st, ev, src, &step, &sc.changes)
 	case v == st.version+1:
 		g.apply(&st, ev, src, &step, &sc.changes)
-		if step.Outcome == Applied {
+		if step.Outcome == Applied && drain {
 			hp := HeldPrefix(taskPrefix, g.P.Name, ev.AggregateID)
 			if err := g.drain(kv, hp, &st, &step, now); err != nil {
 				return Step{}, err
@@ -299,11 +381,14 @@ func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.
 		kv.Set(key, st.encode())
 	default:
 		hk := heldKey(HeldPrefix(taskPrefix, g.P.Name, ev.AggregateID), v)
+		if st.inlineV == v {
+			step.Outcome = Stale // another event already waits for this version; first arrival wins
+			break
+		}
 		if _, ok, err := kv.Get(hk); err != nil {
 			return Step{}, err
 		} else if ok {
-			// Another event already waits for this version; first arrival wins.
-			step.Outcome = Stale
+			step.Outcome = Stale // the same, held under its own key
 			break
 		}
 		if g.MaxHeld > 0 && st.heldCount >= g.MaxHeld {
@@ -311,7 +396,12 @@ func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.
 			step.Dropped = append(step.Dropped, src)
 			break
 		}
-		kv.Set(hk, encodeHeld(now, src))
+		w := encodeHeld(now, src)
+		if lim := g.inlineLimit(); st.inlineV == 0 && len(w) <= lim && len(st.doc)+len(w) <= maxInlineRecord {
+			st.inlineV, st.inline = v, w
+		} else {
+			kv.Set(hk, w)
+		}
 		if st.heldCount == 0 {
 			st.heldSince = now.UnixMilli()
 		}
@@ -463,15 +553,20 @@ func (g *Guard) drain(kv KV, hp []byte, st *aggState, step *Step, now time.Time)
 func (g *Guard) drainBefore(kv KV, hp []byte, st *aggState, step *Step, now time.Time, stop int64) error {
 	drained := false
 	for st.heldCount > 0 && (stop == 0 || st.version+1 < stop) {
-		hk := heldKey(hp, st.version+1)
-		v, ok, err := kv.Get(hk)
-		if err != nil {
-			return err
+		var v []byte
+		if st.inlineV == st.version+1 {
+			v = st.takeInline()
+		} else {
+			hk := heldKey(hp, st.version+1)
+			var ok bool
+			var err error
+			if v, ok, err = kv.Get(hk); err != nil {
+				return err
+			} else if !ok {
+				break
+			}
+			kv.Delete(hk)
 		}
-		if !ok {
-			break
-		}
-		kv.Delete(hk)
 		st.heldCount--
 		drained = true
 		if !g.applyHeld(st, v, step) {
@@ -564,10 +659,20 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 	}
 	hp := HeldPrefix(taskPrefix, g.P.Name, aggregate)
 	type held struct {
-		key, val []byte
+		key, val []byte // key nil: the record's inline event
 		version  int64
 	}
 	var all []held
+	if st.inlineV > 0 {
+		all = append(all, held{val: st.inline, version: st.inlineV})
+	}
+	remove := func(h held) {
+		if h.key == nil {
+			st.takeInline()
+		} else {
+			kv.Delete(h.key)
+		}
+	}
 	err = kv.Scan(hp, func(k, v []byte) error {
 		if len(k) != len(hp)+8 {
 			return nil
@@ -581,13 +686,18 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 	if err != nil {
 		return step, err
 	}
+	// The inline event first, then the keys in version order: put it in
+	// its place.
+	for i := 1; i < len(all) && all[i].version < all[i-1].version; i++ {
+		all[i], all[i-1] = all[i-1], all[i]
+	}
 	// Reconcile with what is really held: entries at or below the current
 	// version can only be leftovers (a deletion lost to changelog compaction
 	// while this instance was away); they must never move the guard back.
 	live := all[:0]
 	for _, h := range all {
 		if h.version <= st.version {
-			kv.Delete(h.key)
+			remove(h)
 			continue
 		}
 		live = append(live, h)
@@ -597,7 +707,7 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 	switch p {
 	case DeadLetter:
 		for _, h := range all {
-			kv.Delete(h.key)
+			remove(h)
 			if _, src, err := DecodeHeld(h.val); err == nil {
 				step.Dropped = append(step.Dropped, Source{Offset: src.Offset,
 					Key: append([]byte(nil), src.Key...), Value: append([]byte(nil), src.Value...)})
@@ -610,7 +720,7 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 	case Skip:
 		if len(all) > 0 {
 			h := all[0]
-			kv.Delete(h.key)
+			remove(h)
 			st.heldCount--
 			st.version = h.version - 1 // jump the gap
 			if h.version != stop && g.applyHeld(&st, h.val, &step) {
@@ -621,13 +731,16 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 			if stop != 0 && st.version+1 == stop {
 				// The event at stop is not applied: the skip ends in front
 				// of it, and it leaves the held events.
-				if sk := heldKey(hp, stop); stop != h.version {
-					if _, ok, err := kv.Get(sk); err != nil {
-						return step, err
-					} else if ok {
-						kv.Delete(sk)
-						st.heldCount--
-					}
+				if sk := heldKey(hp, stop); stop == h.version {
+					// removed above
+				} else if st.inlineV == stop {
+					st.takeInline()
+					st.heldCount--
+				} else if _, ok, err := kv.Get(sk); err != nil {
+					return step, err
+				} else if ok {
+					kv.Delete(sk)
+					st.heldCount--
 				}
 			}
 		}
@@ -654,6 +767,17 @@ type Snapshot struct {
 	HeldCount int64
 	HeldSince time.Time
 	State     []byte
+	// Inline is the held event the record carries (nil: none); the others
+	// are under the aggregate's held prefix.
+	Inline *HeldEvent
+}
+
+// HeldEvent is a held event as stored: its version, when it was held, and
+// its original record.
+type HeldEvent struct {
+	Version int64
+	At      time.Time
+	Source  Source
 }
 
 // Inspect reads an aggregate's guard state.
@@ -686,6 +810,13 @@ func DecodeSnapshot(v []byte) (Snapshot, error) {
 	s := Snapshot{Version: st.version, Deleted: st.deleted, HeldCount: st.heldCount, State: st.doc}
 	if st.heldSince != 0 {
 		s.HeldSince = time.UnixMilli(st.heldSince)
+	}
+	if st.inlineV > 0 {
+		at, src, err := DecodeHeld(st.inline)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		s.Inline = &HeldEvent{Version: st.inlineV, At: at, Source: src}
 	}
 	return s, nil
 }

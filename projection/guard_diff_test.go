@@ -2,6 +2,7 @@ package projection
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -117,7 +118,9 @@ func TestGuardMatchesReference(t *testing.T) {
 			h = reusingHandler()
 		}
 		p := &Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: versioned}
-		g := &Guard{P: p, MaxHeld: int64(1 + r.IntN(4))}
+		// Held events under their own keys, as the reference stores them
+		// (TestGuardInlineHeldMatchesKeyed compares the inline slot).
+		g := &Guard{P: p, MaxHeld: int64(1 + r.IntN(4)), InlineHeldBytes: -1}
 		// The reference runs the previous rules and merge: the guard's
 		// merge fast path is compared with them, not with itself.
 		refP := *p
@@ -297,3 +300,128 @@ func (k *allocKV) Delete(key []byte) {
 }
 
 func (k *allocKV) Scan([]byte, func(key, value []byte) error) error { return nil }
+
+// heldSet is an aggregate's state as the guard reports it, with its held
+// events wherever they are stored (inline or under their keys).
+func heldSet(t *testing.T, g *Guard, kv KV, prefix []byte, agg string) string {
+	t.Helper()
+	snap, ok, err := g.Inspect(kv, prefix, agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return "none"
+	}
+	out := fmt.Sprintf("v%d del=%v held=%d since=%v state=%q", snap.Version, snap.Deleted, snap.HeldCount, snap.HeldSince, snap.State)
+	var held []string
+	if h := snap.Inline; h != nil {
+		held = append(held, fmt.Sprintf("v%d@%v:%d:%q", h.Version, h.At, h.Source.Offset, h.Source.Value))
+	}
+	hp := HeldPrefix(prefix, g.P.Name, agg)
+	err = kv.Scan(hp, func(k, v []byte) error {
+		at, src, err := DecodeHeld(v)
+		if err != nil {
+			return err
+		}
+		held = append(held, fmt.Sprintf("v%d@%v:%d:%q", binary.BigEndian.Uint64(k[len(hp):]), at, src.Offset, src.Value))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(held)
+	if int64(len(held)) != snap.HeldCount {
+		t.Fatalf("%s: held count %d, but %d held events stored: %v", agg, snap.HeldCount, len(held), held)
+	}
+	return out + " " + strings.Join(held, ",")
+}
+
+// TestGuardInlineHeldMatchesKeyed runs random offers (held, draining,
+// stale, overflowing, failing, with Expire under every policy and with a
+// stop now and then, and events too large for the slot) through a guard that
+// keeps an aggregate's first held event in its record and through one that
+// keeps every held event under its own key. Where they are stored is all
+// that may differ: every step, every reported state, and after every step
+// each aggregate's version, state, held count and held events (with their
+// sources and times) are the same.
+func TestGuardInlineHeldMatchesKeyed(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	rounds := 400
+	if testing.Short() {
+		rounds = 50
+	}
+	types := []string{"Set", "Set", "Set", "Set", "Del", "Note", "Fail", "Echo", "Big"}
+	inlined, keyedToo := 0, 0 // steps after which the inline guard had an inline event, and keyed ones beside it
+	for round := range rounds {
+		h := Rules{"Set": Merge, "Del": Delete, "Echo": Merge, "Big": Merge}
+		p := &Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: true}
+		maxHeld := int64(2 + r.IntN(6))
+		inl := &Guard{P: p, MaxHeld: maxHeld, InlineHeldBytes: 300}
+		keyed := &Guard{P: p, MaxHeld: maxHeld, InlineHeldBytes: -1}
+		kvI, kvK := newRecKV(), newRecKV()
+		prefix := []byte("task/")
+		cur := map[string]int64{}
+		now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+		for i := range 60 {
+			now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
+			agg := []string{"A", "B", "C"}[r.IntN(3)]
+			var s1, s2 Step
+			var err1, err2 error
+			what := ""
+			if r.IntN(10) == 0 {
+				pol := []Policy{Wait, Skip, DeadLetter}[r.IntN(3)]
+				var stop int64
+				if pol == Skip && r.IntN(3) == 0 {
+					stop = cur[agg] + int64(1+r.IntN(4))
+				}
+				what = fmt.Sprintf("expire %v stop %d", pol, stop)
+				s1, err1 = inl.ExpireBefore(kvI, prefix, agg, pol, now, 0, stop)
+				s2, err2 = keyed.ExpireBefore(kvK, prefix, agg, pol, now, 0, stop)
+			} else {
+				v := cur[agg] + int64([]int{-1, 0, 1, 1, 1, 2, 2, 3, 4}[r.IntN(9)])
+				v = max(v, 1)
+				typ := types[r.IntN(len(types))]
+				payload := diffPayloads[r.IntN(len(diffPayloads))]
+				if typ == "Big" {
+					payload = `{"big":"` + strings.Repeat("x", 200+r.IntN(200)) + `"}` // around the slot's 300 bytes
+				}
+				raw := fmt.Sprintf(`{"eventId":"e%d","eventType":%q,"aggregateId":%q,"aggregateVersion":%d,"payload":%s}`, i, typ, agg, v, payload)
+				ev, err := envelope.Decode([]byte(raw), 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				src := Source{Offset: int64(i), Key: []byte(agg), Value: []byte(raw)}
+				what = fmt.Sprintf("offer %s v%d", typ, v)
+				if r.IntN(8) == 0 {
+					what += " holding back"
+					s1, err1 = inl.OfferHoldingBack(kvI, prefix, ev, src, now)
+					s2, err2 = keyed.OfferHoldingBack(kvK, prefix, ev, src, now)
+				} else {
+					s1, err1 = inl.Offer(kvI, prefix, ev, src, now)
+					s2, err2 = keyed.Offer(kvK, prefix, ev, src, now)
+				}
+			}
+			if fmt.Sprint(err1) != fmt.Sprint(err2) || stepString(s1, nil) != stepString(s2, nil) {
+				t.Fatalf("round %d %d %s: inline\n%s (%v)\nkeyed\n%s (%v)", round, i, what, stepString(s1, nil), err1, stepString(s2, nil), err2)
+			}
+			for _, c := range s1.Changes {
+				cur[agg] = max(cur[agg], c.Version)
+			}
+			for _, a := range []string{"A", "B", "C"} {
+				if snap, _, _ := inl.Inspect(kvI, prefix, a); snap.Inline != nil {
+					inlined++
+					if snap.HeldCount > 1 {
+						keyedToo++
+					}
+				}
+				if x, y := heldSet(t, inl, kvI, prefix, a), heldSet(t, keyed, kvK, prefix, a); x != y {
+					t.Fatalf("round %d %d %s: aggregate %s\ninline %s\nkeyed  %s", round, i, what, a, x, y)
+				}
+			}
+		}
+	}
+	if inlined == 0 || keyedToo == 0 {
+		t.Fatalf("the streams never exercised the slot: %d states with an inline event, %d of them with keyed ones too", inlined, keyedToo)
+	}
+	t.Logf("%d states with an inline held event, %d of them with keyed ones beside it", inlined, keyedToo)
+}

@@ -142,6 +142,19 @@ func (s *State) HeldCount(projection, aggregate string) int {
 	return n
 }
 
+// heldOf describes a held event from its stored form.
+func heldOf(v int64, at time.Time, src projection.Source) *Held {
+	h := &Held{Version: v, Since: at, Offset: src.Offset}
+	var env struct {
+		EventID   string `json:"eventId"`
+		EventType string `json:"eventType"`
+	}
+	if json.Unmarshal(src.Value, &env) == nil {
+		h.EventID, h.EventType = env.EventID, env.EventType
+	}
+	return h
+}
+
 type aggKey struct {
 	projection, aggregate, input string
 	partition                    int32
@@ -162,6 +175,7 @@ func Read(ctx context.Context, t Target, q Query) (*State, error) {
 	}
 	aggs := map[aggKey]*Aggregate{}
 	held := map[aggKey]map[int64]*Held{}
+	inline := map[aggKey]*Held{} // the held event each aggregate record carries, as of its latest record
 	get := func(k aggKey) *Aggregate {
 		a := aggs[k]
 		if a == nil {
@@ -193,6 +207,11 @@ func Read(ctx context.Context, t Target, q Query) (*State, error) {
 				return fmt.Errorf("ops: %s/%d offset %d: aggregate %q of %s: %w", r.Topic, r.Partition, r.Offset, agg, proj, err)
 			}
 			a.Found, a.Version, a.Deleted, a.HeldSince = true, snap.Version, snap.Deleted, snap.HeldSince
+			k := aggKey{proj, agg, in, r.Partition}
+			delete(inline, k)
+			if h := snap.Inline; h != nil {
+				inline[k] = heldOf(h.Version, h.At, h.Source)
+			}
 			a.State = nil
 			if q.States && !snap.Deleted && len(snap.State) > 0 {
 				a.State = append(json.RawMessage(nil), snap.State...)
@@ -211,18 +230,10 @@ func Read(ctx context.Context, t Target, q Query) (*State, error) {
 			if err != nil {
 				return fmt.Errorf("ops: %s/%d offset %d: held event v%d of %q in %s: %w", r.Topic, r.Partition, r.Offset, v, agg, proj, err)
 			}
-			h := &Held{Version: v, Since: at, Offset: src.Offset}
-			var env struct {
-				EventID   string `json:"eventId"`
-				EventType string `json:"eventType"`
-			}
-			if json.Unmarshal(src.Value, &env) == nil {
-				h.EventID, h.EventType = env.EventID, env.EventType
-			}
 			if held[k] == nil {
 				held[k] = map[int64]*Held{}
 			}
-			held[k][v] = h
+			held[k][v] = heldOf(v, at, src)
 			get(k)
 		}
 		return nil
@@ -235,6 +246,9 @@ func Read(ctx context.Context, t Target, q Query) (*State, error) {
 			if h.Version > a.Version {
 				a.Held = append(a.Held, *h)
 			}
+		}
+		if h := inline[k]; h != nil && h.Version > a.Version {
+			a.Held = append(a.Held, *h)
 		}
 		sort.Slice(a.Held, func(i, j int) bool { return a.Held[i].Version < a.Held[j].Version })
 		if a.Held == nil {
