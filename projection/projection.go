@@ -12,7 +12,7 @@
 //     produced to the changelog), survive crashes and partition moves, and drain
 //     in order the moment the missing version is applied. An aggregate's held
 //     events are the one its record carries inline, if any, and those under
-//     its held prefix; its record's held count counts both (decision 008).
+//     its held prefix; its record's held count counts both (decision 009).
 //   - A handler error leaves the guard where it was: the failing event is
 //     reported (dead-lettered by the processor) and later versions wait behind
 //     the gap, where the gap policy and operators see them.
