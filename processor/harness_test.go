@@ -75,6 +75,8 @@ type instOpts struct {
 	policy   projection.Policy
 	hold     time.Duration
 	now      func() time.Time
+	// extra projections beside case-overview.
+	extra []*projection.Projection
 }
 
 func (e *env) start(o instOpts) *instance {
@@ -96,7 +98,7 @@ func (e *env) start(o instOpts) *instance {
 	p, err := processor.New(processor.Config{
 		Name: group, InstanceID: o.id, Brokers: e.brokers,
 		Inputs: []string{inputTopic}, DeadLetterTopic: dlqTopic, EffectsTopic: "case-events.effects",
-		Projections: []*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}},
+		Projections: append([]*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}}, o.extra...),
 		Store:       st, Dedup: dedup.NewStore(168 * time.Hour),
 		MaxRecordsPerTxn: o.maxRecs, GapPolicy: o.policy, HoldTimeout: o.hold, Now: o.now,
 		SessionTimeout: 6 * time.Second, TransactionTimeout: 20 * time.Second,

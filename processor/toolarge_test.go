@@ -317,3 +317,39 @@ func TestSkipExpiryTooLargeDeadLettered(t *testing.T) {
 		t.Errorf("projector-error %q does not name the limit", header(dl[0], processor.HeaderError))
 	}
 }
+
+// TestTooLargeOneDeadLetterPerRecord: a merge too large for two projections
+// that both take it is dead-lettered once, the message naming both, and
+// counted too-large for each.
+func TestTooLargeOneDeadLetterPerRecord(t *testing.T) {
+	e := newEnv(t, 1)
+	second := &projection.Projection{Name: "case-archive", Topic: "case-archive.v1", Handler: rules(), Versioned: false}
+	var recs []workload.Record
+	for v := 1; v <= 4; v++ {
+		recs = append(recs, bigMerge("BIG-3", v, 300<<10))
+	}
+	e.produce(recs)
+	in := e.start(instOpts{extra: []*projection.Projection{second}})
+	st := in.p.Stats()
+	if n := waitEvents(st, "too-large", 1); n != 1 {
+		t.Fatalf("case-overview: %d too-large, want 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Events("case-archive", "too-large") < 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := st.Events("case-archive", "too-large"); n != 1 {
+		t.Fatalf("case-archive: %d too-large, want 1", n)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	dl := e.read(dlqTopic)
+	if len(dl) != 1 {
+		t.Fatalf("%d dead letters, want 1 for the one record", len(dl))
+	}
+	msg := header(dl[0], processor.HeaderError)
+	if header(dl[0], processor.HeaderReason) != "too-large" || !strings.Contains(msg, "case-overview") || !strings.Contains(msg, "case-archive") {
+		t.Errorf("dead letter: reason %q, error %q; want too-large naming both projections", header(dl[0], processor.HeaderReason), msg)
+	}
+}

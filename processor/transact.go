@@ -99,13 +99,14 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		return nil
 	}
 	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
+	var tooLarge []string // "projection p: why", one dead letter for the record naming them
 	for _, g := range matched {
 		step, tooBig, err := p.offer(b, t, g, &ev, src)
 		if err != nil {
 			return err
 		}
 		if tooBig != "" {
-			p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, "projection "+g.P.Name+": "+tooBig)
+			tooLarge = append(tooLarge, "projection "+g.P.Name+": "+tooBig)
 			tl.add(g.P.Name, ReasonTooLarge)
 			continue
 		}
@@ -116,6 +117,9 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 			tl.addN(g.P.Name, "applied", n)
 		}
 		p.emitStep(b, t, g, ev.AggregateID, step)
+	}
+	if tooLarge != nil {
+		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, strings.Join(tooLarge, "; "))
 	}
 	return nil
 }
