@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -28,16 +30,40 @@ func TestVersionCommand(t *testing.T) {
 	if !strings.HasPrefix(a.stdout, "projector (devel)\n") && !strings.HasPrefix(a.stdout, "projector v") {
 		t.Errorf("module version missing: %q", a.stdout)
 	}
-	// The test binary is built with `go build` in a git work tree, which
-	// stamps vcs.revision unless -buildvcs=false: compare with git.
-	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err == nil && !strings.Contains(a.stdout, "revision: unknown") {
-		if rev := strings.TrimSpace(string(head)); !strings.Contains(a.stdout, "revision: "+rev) {
-			t.Errorf("revision is not git's HEAD %s:\n%s", rev, a.stdout)
-		}
-	}
 	if r := runBinary(t, 30*time.Second, "version", "extra"); r.code != 2 {
 		t.Errorf("`version extra`: exit %d, want 2", r.code)
+	}
+}
+
+// TestVersionRevision builds the binary with VCS stamping forced on (the
+// environment may set GOFLAGS=-buildvcs=false, as this machine does) and
+// checks that the printed revision is git's HEAD.
+func TestVersionRevision(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not in a git work tree (git rev-parse: %v): nothing to compare the revision with", err)
+	}
+	bin := filepath.Join(t.TempDir(), "projector")
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	meta, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(meta), "vcs.revision=") {
+		// Seen in linked git work trees on some set-ups: the toolchain
+		// stamps nothing. TestBuildVersion still covers the formatting.
+		t.Skip("the Go toolchain recorded no vcs.revision for this checkout; nothing to compare")
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev := strings.TrimSpace(string(head)); !strings.Contains(string(out), "revision: "+rev) {
+		t.Errorf("revision is not git's HEAD %s:\n%s", rev, out)
 	}
 }
 
