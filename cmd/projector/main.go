@@ -46,6 +46,7 @@ func commands() []command {
 		{"inspect", "one aggregate's guard version, state and held events", runInspect},
 		{"broker", "run the persistent embedded broker (development, demos, soak) until SIGTERM", runBroker},
 		{"bench", "measure the pipeline against the transport floor on an embedded broker", runBench},
+		{"version", "print the version, VCS revision and Go version of this binary (also --version)", runVersion},
 	}
 }
 
@@ -60,6 +61,9 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return exitOK
+	}
+	if args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {

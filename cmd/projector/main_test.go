@@ -220,4 +220,9 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	// The demo logs at warn level: on a healthy run nothing may interleave
+	// with its summary.
+	if strings.Contains(r.stdout+r.stderr, "level=WARN") || strings.Contains(r.stdout+r.stderr, "level=ERROR") {
+		t.Errorf("the demo logged warnings or errors:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
 }

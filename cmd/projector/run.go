@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -13,8 +15,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var cf commonFlags
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	cf.register(fs, true)
-	role := fs.String("role", "all", "what to run: processor, executor or all")
-	if err := parse(fs, args, stdout, "  projector run --config configs/example.yaml\n  projector run --config configs/example.yaml --brokers 10.0.0.5:9092 --log-format json"); err != nil {
+	role := fs.String("role", "all", "what to run: processor (consume, project, enqueue side effects), executor (call the webhooks) or all")
+	check := fs.Bool("check", false, "validate the flags and the configuration (environment expanded, rules parsed, TLS files read), print a summary and exit 0, or 2 naming the problem; starts nothing and connects to nothing")
+	if err := parse(fs, args, stdout, "  projector run --config configs/example.yaml\n  projector run --config configs/example.yaml --brokers 10.0.0.5:9092 --log-format json\n  projector run --config /etc/projector/projector.yaml --role processor --check"); err != nil {
 		return err
 	}
 	switch app.Role(*role) {
@@ -29,6 +32,18 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg, err := cf.load()
 	if err != nil {
 		return err
+	}
+	if *check {
+		if err := app.Check(cfg); err != nil {
+			return err
+		}
+		brokers := strings.Join(cfg.Kafka.Brokers, ",")
+		if cfg.Kafka.Embedded {
+			brokers = "embedded"
+		}
+		fmt.Fprintf(stdout, "configuration OK: name=%s instanceId=%s role=%s brokers=%s input=%s state.dir=%s http.listen=%s\n",
+			cfg.Name, cfg.Kafka.InstanceID, *role, brokers, strings.Join(cfg.Kafka.Input, ","), cfg.State.Dir, cfg.HTTP.Listen)
+		return nil
 	}
 	a, err := app.New(cfg, app.Options{Logger: log, Role: app.Role(*role)})
 	if err != nil {

@@ -147,6 +147,28 @@ func ClientOpts(k *config.Kafka) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// Check builds everything New derives from the configuration (projection
+// rules, gap policy, side-effect rules, TLS and SASL client options) without
+// starting anything or connecting to a broker: `projector run --check`.
+// Errors are *config.Error naming the key.
+func Check(cfg *config.Config) error {
+	if _, err := Projections(cfg); err != nil {
+		return err
+	}
+	if _, err := ClientOpts(&cfg.Kafka); err != nil {
+		return err
+	}
+	if _, err := projection.ParsePolicy(cfg.Gaps.OnTimeout); err != nil {
+		return &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
+	}
+	if len(cfg.SideEffects) > 0 {
+		if _, err := sideeffects.NewRules(cfg.SideEffects); err != nil {
+			return &config.Error{Key: "sideEffects", Msg: err.Error()}
+		}
+	}
+	return nil
+}
+
 // New starts the embedded broker if configured, opens the state store and
 // builds the processor. It does not start processing: call Run.
 func New(cfg *config.Config, o Options) (a *App, err error) {

@@ -52,6 +52,13 @@ func Start(o Options) (*Embedded, error) {
 		kfake.NumBrokers(1),
 		kfake.Ports(port),
 		kfake.DefaultNumPartitions(o.Partitions),
+		// Create a topic on first use when the client asks for it, as a
+		// development Kafka with auto.create.topics.enable does. franz-go
+		// clients and the worker create their topics explicitly, but
+		// librdkafka producers (kcat, confluent-kafka-*) rely on the
+		// metadata request's AllowAutoTopicCreation and would otherwise
+		// fail with "Unknown topic or partition" on a new topic.
+		kfake.AllowAutoTopicCreation(),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 		}),

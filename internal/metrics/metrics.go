@@ -32,6 +32,13 @@ const RecordLevel = "_record"
 const (
 	DefaultLagInterval = 15 * time.Second
 	DefaultLagTimeout  = 10 * time.Second
+	// LagWarnAfter consecutive failed lag refreshes log one WARN. A single
+	// failure is routine on a healthy start and during rebalances (the
+	// group coordinator still loading, a partition leader moving) and is
+	// only counted (projector_consumer_lag_errors_total) and logged at
+	// debug; a WARN in the middle of the demo's summary told the user
+	// nothing they could act on.
+	LagWarnAfter = 3
 )
 
 // EnvelopeFields are the envelope fields an invalid record can be
@@ -215,7 +222,10 @@ type Metrics struct {
 	mu        sync.Mutex
 	lagValues map[TopicPartition]int64
 	lagErrs   int64
-	runOnce   sync.Once
+	// lagFailStreak counts consecutive failed refreshes (refreshLag's
+	// goroutine only): see LagWarnAfter.
+	lagFailStreak int
+	runOnce       sync.Once
 }
 
 // New registers the projector metrics on reg. It registers nothing if it
@@ -355,8 +365,20 @@ func (m *Metrics) refreshLag(ctx context.Context) {
 		m.lagValues = values
 	}
 	m.mu.Unlock()
-	if err != nil {
-		m.o.Logger.Warn("consumer lag refresh failed", "err", err)
+	if err == nil {
+		if m.lagFailStreak >= LagWarnAfter {
+			m.o.Logger.Info("consumer lag refresh recovered", "failedRefreshes", m.lagFailStreak)
+		}
+		m.lagFailStreak = 0
+		return
+	}
+	m.lagFailStreak++
+	switch {
+	case m.lagFailStreak == LagWarnAfter:
+		m.o.Logger.Warn("consumer lag refresh keeps failing; projector_consumer_lag shows the last values loaded",
+			"failedRefreshes", m.lagFailStreak, "err", err)
+	default:
+		m.o.Logger.Debug("consumer lag refresh failed", "failedRefreshes", m.lagFailStreak, "err", err)
 	}
 }
 
