@@ -19,7 +19,11 @@ import (
 )
 
 // ErrFenced reports that another instance with the same transactional id took
-// over; the process must stop (invariant 5).
+// over; the process must stop (invariant 5). The broker says so as the
+// producer's fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) or, as the
+// instance id is also the group's static member id (decision 006), as the
+// group's (FENCED_INSTANCE_ID): whichever request of the old incarnation
+// reaches the broker first after the new one started.
 var ErrFenced = errors.New("fenced by another instance with the same transactional id")
 
 // Dead-letter headers (CONTRACT.md §3).
@@ -470,7 +474,7 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			}
 		})
 		if fatal != nil {
-			return fmt.Errorf("eos: fetch: %w", fatal)
+			return fatalError("fetch", fatal)
 		}
 		// Re-sync: a rebalance may have happened during the poll; the tasks
 		// with records must be restored (again) before they are processed.
@@ -572,10 +576,25 @@ func (l *Loop) stopping(ctx context.Context, err error) error {
 
 // isFatal reports client errors after which the loop must not continue.
 func isFatal(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+	return isFenced(err) ||
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed) ||
-		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed) ||
+		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed)
+}
+
+// isFenced reports the broker's ways of saying a newer incarnation took
+// over (ErrFenced).
+func isFenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
 		errors.Is(err, kerr.FencedInstanceID)
+}
+
+// fatalError wraps a fatal client error: ErrFenced when it is a fencing,
+// else with what failed (an authorization error is not a fencing).
+func fatalError(what string, err error) error {
+	if isFenced(err) {
+		return fmt.Errorf("%w: %v", ErrFenced, err)
+	}
+	return fmt.Errorf("eos: %s: %w", what, err)
 }
 
 func (l *Loop) sessionOpts() []kgo.Opt {

@@ -90,7 +90,7 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 		l.cfg.Logger.Warn("produce failed; aborting transaction", "err", perr)
 		if isFatal(perr) {
 			l.abort(sess)
-			return fmt.Errorf("%w: %v", ErrFenced, perr)
+			return fatalError("produce", perr)
 		}
 		if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
 			return l.endError(err)
@@ -424,7 +424,7 @@ func (l *Loop) abort(sess *kgo.GroupTransactSession) {
 func (l *Loop) endError(err error) error {
 	l.stats.addTxn("failed", 0)
 	if isFatal(err) {
-		return fmt.Errorf("%w: %v", ErrFenced, err)
+		return fatalError("end transaction", err)
 	}
 	return fmt.Errorf("eos: end transaction: %w", err)
 }
