@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,10 +16,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/app"
 	"github.com/projector-dev/projector/internal/broker"
 	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/envelope"
 	"github.com/projector-dev/projector/internal/ingress"
 	"github.com/projector-dev/projector/internal/receipt"
 	"github.com/projector-dev/projector/internal/testkit"
@@ -420,4 +423,64 @@ func counter(t *testing.T, reg prometheus.Gatherer, code string) float64 {
 	}
 	t.Fatalf("no projector_ingress_requests_total{code=%q}", code)
 	return 0
+}
+
+// TestIngressRaceSettledByProcessor: two instances that each took the first
+// request of a key (one with another payload) both write it; the processor
+// applies the first, dead-letters the second as a conflict and keeps the
+// first receipt, so every instance then answers the first payload 200 and
+// the other 409.
+func TestIngressRaceSettledByProcessor(t *testing.T) {
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	brokers := []string{b.Addr()}
+	ctx := context.Background()
+	if err := testkit.CreateTopic(ctx, brokers, "events", 2); err != nil {
+		t.Fatal(err)
+	}
+	id := receipt.EventID("t1", "race", 0)
+	origin, _ := json.Marshal(receipt.Origin{TenantID: "t1", Key: "race", Index: 0, Count: 1})
+	p1 := `{"eventId":"` + id + `","tenantId":"t1","eventType":"CaseOpened","aggregateId":"R-1","aggregateVersion":1,"payload":{"p":1}}`
+	p2 := strings.Replace(p1, `"p":1`, `"p":2`, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, v := range []string{p1, p2, p1} { // the first wins; a conflict and a duplicate follow
+		rec := &kgo.Record{Topic: "events", Key: []byte("R-1"), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: origin}}}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := startWorker(t, b.Addr(), "w1", true, nil)
+	body1 := `{"eventType":"CaseOpened","aggregateId":"R-1","aggregateVersion":1,"payload":{"p":1}}`
+	var r reply
+	waitFor(t, "the receipt", func() bool { r = post(t, w.url, "race", "t1", body1); return r.code == 200 })
+	ev1, _ := envelope.Decode([]byte(p1), 0)
+	fp := ev1.Fingerprint()
+	if got := decodeOK(t, r); got.Fingerprint != hex.EncodeToString(fp[:]) || got.EventID != id || got.Outcome != "applied" || got.Offset != 0 {
+		t.Fatalf("replay %s: want the first record's receipt", r.body)
+	}
+	problemField(t, post(t, w.url, "race", "t1", strings.Replace(body1, `"p":1`, `"p":2`, 1)), 409, "body")
+	recs, err := testkit.ReadAll(ctx, brokers, "ing.receipts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("%d receipts for one key, want 1 (a conflict or duplicate must not write one)", len(recs))
+	}
+	dl, err := testkit.ReadAll(ctx, brokers, "ing.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 1 || string(dl[0].Value) != p2 {
+		t.Fatalf("dead letters %d, want the second payload as a conflict", len(dl))
+	}
+	if n := ingested(t, brokers); n != 3 {
+		t.Fatalf("%d ingested records, want 3: the replay must not write", n)
+	}
 }
