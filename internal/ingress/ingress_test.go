@@ -49,9 +49,10 @@ projections:
 
 // worker is one running worker (processor + ingress) of the test.
 type worker struct {
-	app  *app.App
-	url  string
-	stop func()
+	app    *app.App
+	url    string
+	cancel context.CancelFunc // starts the shutdown
+	stop   func()             // shuts down and waits
 }
 
 // startWorker runs a worker against brokers; hooks may hold its transactions.
@@ -68,7 +69,7 @@ func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hoo
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	w := &worker{app: a, stop: func() {
+	w := &worker{app: a, cancel: cancel, stop: func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("worker %s: %v", instance, err)
@@ -483,4 +484,54 @@ func TestIngressRaceSettledByProcessor(t *testing.T) {
 	if n := ingested(t, brokers); n != 3 {
 		t.Fatalf("%d ingested records, want 3: the replay must not write", n)
 	}
+}
+
+// TestIngressDrainOnShutdown: on shutdown the ingress stops accepting and a
+// request waiting for its receipt is answered 202 at once (its event is
+// written; the client polls or retries), and Run returns.
+func TestIngressDrainOnShutdown(t *testing.T) {
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	brokers := []string{b.Addr()}
+	if err := testkit.CreateTopic(context.Background(), brokers, "events", 2); err != nil {
+		t.Fatal(err)
+	}
+	var hold atomic.Bool
+	release := make(chan struct{})
+	hooks := &processor.Hooks{AfterStage: func() error {
+		if hold.Load() {
+			<-release
+		}
+		return nil
+	}}
+	w := startWorker(t, b.Addr(), "w1", false, hooks)
+	hold.Store(true)
+	answered := make(chan reply, 1)
+	go func() { answered <- post(t, w.url, "k-d", "", `{"eventType":"CaseOpened","aggregateId":"D-1","aggregateVersion":1}`) }()
+	waitFor(t, "the request to be in flight", func() bool { return ingested(t, brokers) == 1 })
+	start := time.Now()
+	w.cancel()
+	select {
+	case r := <-answered:
+		if r.code != 202 || r.hdr.Get("Location") != "/v1/receipts/k-d" {
+			t.Fatalf("drained request: %d %s, want 202 with its Location", r.code, r.body)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("drained request answered after %s, want at once (the timeout is 2s)", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiting request was not answered on shutdown")
+	}
+	waitFor(t, "the listener to close", func() bool {
+		resp, err := http.Post(w.url+"/v1/events", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err != nil
+	})
+	close(release)
+	w.stop()
 }
