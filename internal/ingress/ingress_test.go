@@ -510,7 +510,9 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 	w := startWorker(t, b.Addr(), "w1", false, hooks)
 	hold.Store(true)
 	answered := make(chan reply, 1)
-	go func() { answered <- post(t, w.url, "k-d", "", `{"eventType":"CaseOpened","aggregateId":"D-1","aggregateVersion":1}`) }()
+	go func() {
+		answered <- post(t, w.url, "k-d", "", `{"eventType":"CaseOpened","aggregateId":"D-1","aggregateVersion":1}`)
+	}()
 	waitFor(t, "the request to be in flight", func() bool { return ingested(t, brokers) == 1 })
 	start := time.Now()
 	w.cancel()
