@@ -139,12 +139,11 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 			}
 		}
 		var rs []*receipt.Receipt
+		reached := false
 		fs.EachRecord(func(r *kgo.Record) {
 			if end, ok := ends[r.Partition]; ok && r.Offset+1 >= end {
 				delete(ends, r.Partition)
-				if len(ends) == 0 {
-					defer v.setCaughtUp() // after this fetch's receipts are in
-				}
+				reached = len(ends) == 0
 			}
 			if r.Attrs.IsControl() || r.Value == nil {
 				return
@@ -157,6 +156,9 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 			rs = append(rs, rc)
 		})
 		v.add(rs)
+		if reached { // only once this fetch's receipts are in the view
+			v.setCaughtUp()
+		}
 	}
 }
 
