@@ -56,9 +56,10 @@ type worker struct {
 }
 
 // startWorker runs a worker against brokers; hooks may hold its transactions.
-func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hooks *processor.Hooks) *worker {
+func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hooks *processor.Hooks, extraYAML ...string) *worker {
 	t.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(workerConfig, brokers, instance, filepath.Join(t.TempDir(), "state"), requireTenant)), nil)
+	src := fmt.Sprintf(workerConfig, brokers, instance, filepath.Join(t.TempDir(), "state"), requireTenant) + strings.Join(extraYAML, "")
+	cfg, err := config.Parse([]byte(src), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,4 +537,59 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 	})
 	close(release)
 	w.stop()
+}
+
+// TestIngressReceiptOutlivesDedup: a retry after the key's dedup entry has
+// expired is answered from the receipt, byte for byte, and writes nothing;
+// the processor alone would take the same record for a new event (it writes
+// a second receipt for it), so the receipt check is what keeps it out.
+func TestIngressReceiptOutlivesDedup(t *testing.T) {
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	brokers := []string{b.Addr()}
+	ctx := context.Background()
+	if err := testkit.CreateTopic(ctx, brokers, "events", 2); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, b.Addr(), "w1", false, nil, "dedup: {retention: 1s}\n")
+	const body = `{"eventType":"CaseOpened","aggregateId":"E-1","aggregateVersion":1,"payload":{"e":1}}`
+	first := post(t, w.url, "k-e", "", body)
+	if first.code != 201 {
+		t.Fatalf("first: %d %s", first.code, first.body)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the dedup retention
+	r := post(t, w.url, "k-e", "", body)
+	if r.code != 200 || !bytes.Equal(r.body, first.body) || r.hdr.Get(ingress.HeaderReplayed) != "true" {
+		t.Fatalf("retry after the dedup retention: %d %s, want 200 and %s", r.code, r.body, first.body)
+	}
+	problemField(t, post(t, w.url, "k-e", "", strings.Replace(body, `"e":1`, `"e":2`, 1)), 409, "body")
+	if n := ingested(t, brokers); n != 1 {
+		t.Fatalf("%d ingested records, want 1", n)
+	}
+	// The same record written again without the ingress: the dedup entry
+	// has expired, so the processor sees a new event id.
+	recs, err := testkit.ReadAll(ctx, brokers, "events")
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("input: %d records, %v", len(recs), err)
+	}
+	again := &kgo.Record{Topic: "events", Key: recs[0].Key, Value: recs[0].Value, Headers: recs[0].Headers}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, again).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a second receipt (the expired id taken as new)", func() bool {
+		rs, err := testkit.ReadAll(ctx, brokers, "ing.receipts")
+		return err == nil && len(rs) == 2
+	})
+	// The view keeps the first receipt: the answer does not change.
+	if r := post(t, w.url, "k-e", "", body); r.code != 200 || !bytes.Equal(r.body, first.body) {
+		t.Fatalf("after a second receipt: %d %s, want the first body", r.code, r.body)
+	}
 }
