@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -305,7 +306,29 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 		recs = append(recs, &kgo.Record{Topic: s.cfg.Topic, Key: []byte(it.ev.AggregateID), Value: it.value,
 			Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: o}}})
 	}
-	if err := s.producer.ProduceSync(r.Context(), recs...).FirstErr(); err != nil {
+	// The wait for the write is bounded by the same timeout: with the
+	// brokers away the client retries a batch it has sent for as long as it
+	// takes (an idempotent producer cannot drop it), so the answer does not
+	// wait for it. A record not acknowledged in time may still land; the
+	// retry the 503 asks for carries the same event id.
+	pctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	acked := make(chan error, len(recs)) // buffered: a late promise never blocks
+	for _, rec := range recs {
+		s.producer.Produce(pctx, rec, func(_ *kgo.Record, err error) { acked <- err })
+	}
+	var err error
+	for range recs {
+		select {
+		case e := <-acked:
+			err = errors.Join(err, e)
+			continue
+		case <-pctx.Done():
+			err = fmt.Errorf("not acknowledged within %s: %w", s.cfg.Timeout, pctx.Err())
+		}
+		break
+	}
+	if err != nil {
 		s.cfg.Logger.Warn("ingress: produce failed", "topic", s.cfg.Topic, "err", err)
 		writeProblem(w, http.StatusServiceUnavailable, "", "the event could not be written (%v); retry with the same key", err)
 		return

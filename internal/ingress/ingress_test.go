@@ -593,3 +593,53 @@ func TestIngressReceiptOutlivesDedup(t *testing.T) {
 		t.Fatalf("after a second receipt: %d %s, want the first body", r.code, r.body)
 	}
 }
+
+// TestIngressBrokerGone: a running worker whose brokers are gone answers a
+// new request 503 with Retry-After within ingress.timeout (the write could
+// not be made), never a guess.
+func TestIngressBrokerGone(t *testing.T) {
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.CreateTopic(context.Background(), []string{b.Addr()}, "events", 2); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf(workerConfig, b.Addr(), "w1", filepath.Join(t.TempDir(), "state"), false)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(cfg, app.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		select { // the worker's own errors without a broker are not this test's
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("the worker did not stop within 30s of its context")
+		}
+	}()
+	<-a.Ingress.Listening()
+	url := "http://" + a.Ingress.Addr().String()
+	waitFor(t, "ready", func() bool { ok, _ := a.Ready(); return ok })
+	if r := post(t, url, "k-1", "", `{"eventType":"CaseOpened","aggregateId":"G-1","aggregateVersion":1}`); r.code != 201 {
+		t.Fatalf("before: %d %s", r.code, r.body)
+	}
+	b.Close()
+	start := time.Now()
+	r := post(t, url, "k-2", "", `{"eventType":"CaseOpened","aggregateId":"G-2","aggregateVersion":1}`)
+	problemField(t, r, 503, "")
+	if r.hdr.Get("Retry-After") == "" || time.Since(start) > 5*time.Second {
+		t.Fatalf("503 after %s, Retry-After %q: want it within the 2s timeout, with Retry-After", time.Since(start), r.hdr.Get("Retry-After"))
+	}
+	// A replay is still answered from the receipts already read.
+	if r := post(t, url, "k-1", "", `{"eventType":"CaseOpened","aggregateId":"G-1","aggregateVersion":1}`); r.code != 200 {
+		t.Fatalf("replay with the broker gone: %d %s", r.code, r.body)
+	}
+}
