@@ -465,6 +465,12 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			}
 		})
 		if fatal != nil {
+			if errors.Is(fatal, kerr.FencedInstanceID) {
+				// Another member took this instance id (group.instance.id
+				// is the instance id): the same fencing as a producer's,
+				// seen first by the group when it wins the race.
+				return fmt.Errorf("eos: fetch: %w: %w", ErrFenced, fatal)
+			}
 			return fmt.Errorf("eos: fetch: %w", fatal)
 		}
 		// Re-sync: a rebalance may have happened during the poll; the tasks
