@@ -39,7 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first run's pipeline phase to this file")
 	logLevel := fs.String("log-level", "warn", "log level of the processor: debug, info, warn, error")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := parse(fs, args, stdout, "  projector bench\n  projector bench --runs 3\n  projector bench --runs 3 --floor-records 2\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
+	if err := parse(fs, args, stdout, "  projector bench\n  projector bench ingress   (the HTTP ingress: see projector bench ingress --help)\n  projector bench --runs 3\n  projector bench --runs 3 --floor-records 2\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
 		return err
 	}
 	if *brokers != "" {
