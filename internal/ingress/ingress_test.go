@@ -460,8 +460,16 @@ func TestIngressRaceSettledByProcessor(t *testing.T) {
 	}
 	w := startWorker(t, b.Addr(), "w1", true, nil)
 	body1 := `{"eventType":"CaseOpened","aggregateId":"R-1","aggregateVersion":1,"payload":{"p":1}}`
-	var r reply
-	waitFor(t, "the receipt", func() bool { r = post(t, w.url, "race", "t1", body1); return r.code == 200 })
+	// Wait until this instance has read the receipt (a POST before that
+	// would write the event once more, a duplicate, and still answer 200).
+	waitFor(t, "the receipt", func() bool {
+		req, _ := http.NewRequest("GET", w.url+"/v1/receipts/race?tenant=t1", nil)
+		return do(t, req).code == 200
+	})
+	r := post(t, w.url, "race", "t1", body1)
+	if r.code != 200 {
+		t.Fatalf("replay: %d %s", r.code, r.body)
+	}
 	ev1, _ := envelope.Decode([]byte(p1), 0)
 	fp := ev1.Fingerprint()
 	if got := decodeOK(t, r); got.Fingerprint != hex.EncodeToString(fp[:]) || got.EventID != id || got.Outcome != "applied" || got.Offset != 0 {
