@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,23 +27,35 @@ import (
 type view struct {
 	log *slog.Logger
 
-	mu       sync.Mutex
-	byKey    map[string]*receipt.Receipt
+	mu sync.Mutex
+	// byKey holds each receipt's encoded value (about 300 bytes), not the
+	// decoded struct (about 750 bytes in memory): every ingested event has
+	// one for ever, and a lookup decodes just the few it needs.
+	byKey    map[string][]byte
 	changed  chan struct{} // closed and replaced whenever receipts arrive
 	caughtUp bool
 	err      error // why the view is not caught up, when it failed
 }
 
 func newView(log *slog.Logger) *view {
-	return &view{log: log, byKey: map[string]*receipt.Receipt{}, changed: make(chan struct{})}
+	return &view{log: log, byKey: map[string][]byte{}, changed: make(chan struct{})}
 }
 
 // get returns the receipt of key and a channel closed when the view next
 // changes (so a waiter can look again).
 func (v *view) get(key string) (*receipt.Receipt, <-chan struct{}) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.byKey[key], v.changed
+	val, changed := v.byKey[key], v.changed
+	v.mu.Unlock()
+	if val == nil {
+		return nil, changed
+	}
+	r, err := receipt.Decode(val) // decoded once before in add: cannot fail
+	if err != nil {
+		v.log.Error("receipts: a stored receipt no longer decodes", "err", err)
+		return nil, changed
+	}
+	return r, changed
 }
 
 // watch returns a channel closed when the view next changes.
@@ -66,16 +79,21 @@ func (v *view) ready() (bool, string) {
 	}
 }
 
-func (v *view) add(rs []*receipt.Receipt) {
+// keyed is a validated receipt value under its receipt key.
+type keyed struct {
+	key   string
+	value []byte
+}
+
+func (v *view) add(rs []keyed) {
 	if len(rs) == 0 {
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, r := range rs {
-		k := receipt.Key(r.TenantID, r.Key, r.Index)
-		if _, ok := v.byKey[k]; !ok {
-			v.byKey[k] = r
+		if _, ok := v.byKey[r.key]; !ok {
+			v.byKey[r.key] = r.value
 		}
 	}
 	close(v.changed)
@@ -138,7 +156,7 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 				v.log.Warn("receipts: fetch error (retried)", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
 			}
 		}
-		var rs []*receipt.Receipt
+		var rs []keyed
 		reached := false
 		fs.EachRecord(func(r *kgo.Record) {
 			if end, ok := ends[r.Partition]; ok && r.Offset+1 >= end {
@@ -153,7 +171,9 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 				v.log.Warn("receipts: malformed record skipped", "partition", r.Partition, "offset", r.Offset, "err", err)
 				return
 			}
-			rs = append(rs, rc)
+			// Keyed by its own fields, not the record key; copied, so the
+			// fetch's buffer is not kept alive by it.
+			rs = append(rs, keyed{receipt.Key(rc.TenantID, rc.Key, rc.Index), bytes.Clone(r.Value)})
 		})
 		v.add(rs)
 		if reached { // only once this fetch's receipts are in the view
