@@ -44,6 +44,11 @@ type Config struct {
 	Inputs          []string
 	DeadLetterTopic string
 	EffectsTopic    string
+	// ReceiptsTopic, when set (the ingress is configured), receives one
+	// receipt per new event that came through the HTTP ingress, in the same
+	// transaction as the event's other outputs (internal/receipt). Live
+	// mode only: a rebuild never writes receipts.
+	ReceiptsTopic string
 	// Partitions is the partition count for input topics that do not exist
 	// yet (default 4). Changelogs always follow their input.
 	Partitions int32

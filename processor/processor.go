@@ -88,6 +88,9 @@ func New(cfg Config) (*Processor, error) {
 	if cfg.Mode == Live && cfg.EffectsTopic != "" {
 		outputs = append(outputs, eos.TopicSpec{Name: cfg.EffectsTopic})
 	}
+	if cfg.Mode == Live && cfg.ReceiptsTopic != "" {
+		outputs = append(outputs, eos.TopicSpec{Name: cfg.ReceiptsTopic, Compacted: true})
+	}
 	p.loop = eos.New(eos.Config{
 		Group: cfg.Group, TransactionalID: p.TransactionalID(), InstanceID: cfg.InstanceID,
 		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts, CreateInputs: !cfg.WaitForInputs,

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/envelope"
 	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/receipt"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/projection"
 )
@@ -28,9 +30,13 @@ const (
 // process handles one input record.
 func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	tl := p.tallyOf(b)
+	var origin []byte // the ingress header: this record wants a receipt
 	for _, h := range r.Headers {
 		if h.Key == HeaderCommand {
 			return p.command(b, t, r)
+		}
+		if h.Key == receipt.Header {
+			origin = h.Value
 		}
 	}
 	var ev envelope.Event
@@ -42,6 +48,9 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		}
 		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, reason, msg)
 		tl.add("", "invalid")
+		if origin != nil {
+			p.receipt(b, r, origin, &receipt.Receipt{Outcome: "invalid", Reason: reason})
+		}
 		return nil
 	}
 	var arr [4]*projection.Guard // matched guards, usually one: no allocation
@@ -92,9 +101,24 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		}
 	}
 	p.cfg.Dedup.Mark(b.Txn, ts.filter, &tl.seg, t.Prefix, r.Offset, id, fp, b.Now)
+	// The receipt of an ingested event is written only here, where the
+	// event id is new: a duplicate or a conflict returned above leaves the
+	// first committed receipt (and its fingerprint) standing.
+	var rc *receipt.Receipt
+	if origin != nil && p.receipts() {
+		rc = &receipt.Receipt{EventID: ev.EventID, Fingerprint: hex.EncodeToString(fp[:])}
+		defer p.receipt(b, r, origin, rc)
+		for _, name := range rejected {
+			rc.Set(name, "invalid")
+			rc.Reason = "invalid:aggregateVersion"
+		}
+	}
 	if len(matched) == 0 {
 		if rejected == nil {
 			tl.add("", "filtered") // no projection takes this aggregate type
+			if rc != nil {
+				rc.Outcome = "filtered"
+			}
 		}
 		return nil
 	}
@@ -108,9 +132,11 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		if tooBig != "" {
 			tooLarge = append(tooLarge, "projection "+g.P.Name+": "+tooBig)
 			tl.add(g.P.Name, ReasonTooLarge)
+			rc.Set(g.P.Name, ReasonTooLarge)
 			continue
 		}
 		tl.add(g.P.Name, outcomeLabel(step.Outcome))
+		rc.Set(g.P.Name, outcomeLabel(step.Outcome))
 		if n := len(step.Changes); step.Outcome == projection.Applied && n > 1 {
 			tl.addN(g.P.Name, "applied", n-1) // drained held events
 		} else if step.Outcome != projection.Applied && n > 0 {
@@ -239,4 +265,28 @@ func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 			fmt.Sprintf("skip-gap: aggregate %q holds no events in %s", c.Aggregate, t.ID))
 	}
 	return nil
+}
+
+// receipts reports whether this processor writes ingress receipts.
+func (p *Processor) receipts() bool { return p.cfg.Mode == Live && p.cfg.ReceiptsTopic != "" }
+
+// receipt produces the receipt of an ingested record into the batch's
+// transaction. A malformed origin header (not written by the ingress) gets
+// no receipt: there is no key to file it under.
+func (p *Processor) receipt(b *eos.Batch, r *kgo.Record, origin []byte, rc *receipt.Receipt) {
+	if !p.receipts() {
+		return
+	}
+	o, err := receipt.ParseOrigin(origin)
+	if err != nil {
+		p.cfg.Logger.Warn("input record with a malformed ingress header: no receipt written",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		return
+	}
+	rc.Origin = o
+	rc.Topic, rc.Partition, rc.Offset = r.Topic, r.Partition, r.Offset
+	if rc.Outcome == "" { // no projection takes this aggregate type
+		rc.Outcome = "filtered"
+	}
+	b.Produce(&kgo.Record{Topic: p.cfg.ReceiptsTopic, Key: []byte(receipt.Key(o.TenantID, o.Key, o.Index)), Value: rc.Encode()})
 }

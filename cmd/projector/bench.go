@@ -14,6 +14,9 @@ import (
 // runBench is `projector bench`: the transport floor and the full pipeline on
 // the same generated events, on one broker, in one process.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "ingress" {
+		return runBenchIngress(ctx, args[1:], stdout, stderr)
+	}
 	d := bench.Defaults()
 	o := d
 	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
@@ -36,7 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first run's pipeline phase to this file")
 	logLevel := fs.String("log-level", "warn", "log level of the processor: debug, info, warn, error")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := parse(fs, args, stdout, "  projector bench\n  projector bench --runs 3\n  projector bench --runs 3 --floor-records 2\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
+	if err := parse(fs, args, stdout, "  projector bench\n  projector bench ingress   (the HTTP ingress: see projector bench ingress --help)\n  projector bench --runs 3\n  projector bench --runs 3 --floor-records 2\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
 		return err
 	}
 	if *brokers != "" {
@@ -80,5 +83,45 @@ func positive(fs *pflag.FlagSet, names ...string) error {
 			return usageError{fmt.Sprintf("bench: --%s must be positive, got %d", n, v)}
 		}
 	}
+	return nil
+}
+
+// runBenchIngress is `projector bench ingress`: the HTTP ingress's
+// throughput and latency at several numbers of concurrent clients.
+func runBenchIngress(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := bench.DefaultIngressOptions()
+	o := d
+	fs := pflag.NewFlagSet("bench ingress", pflag.ContinueOnError)
+	fs.IntSliceVar(&o.Clients, "clients", d.Clients, "concurrent clients, one level after another")
+	fs.IntVar(&o.Requests, "requests", d.Requests, "requests per run and level (each a new key)")
+	fs.IntVar(&o.Runs, "runs", d.Runs, "runs per level; the medians are reported")
+	fs.IntVar(&o.Partitions, "partitions", d.Partitions, "input topic partitions")
+	fs.StringVar(&o.Dir, "dir", "", "directory for the embedded broker's log and the state (default: a temporary one, removed at the end)")
+	logLevel := fs.String("log-level", "warn", "log level of the worker: debug, info, warn, error")
+	if err := parse(fs, args, stdout, "  projector bench ingress\n  projector bench ingress --clients 1,16,64 --requests 2000 --runs 3"); err != nil {
+		return err
+	}
+	if err := positive(fs, "requests", "runs", "partitions"); err != nil {
+		return err
+	}
+	for _, c := range o.Clients {
+		if c <= 0 {
+			return usageError{fmt.Sprintf("bench ingress: --clients must be positive, got %d", c)}
+		}
+	}
+	if len(o.Clients) == 0 {
+		return usageError{"bench ingress: --clients needs at least one level"}
+	}
+	cf := commonFlags{logLevel: *logLevel, logFormat: "text"}
+	log, err := cf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	o.Logger = log
+	res, err := bench.Ingress(ctx, o)
+	if err != nil {
+		return err
+	}
+	res.Print(stdout)
 	return nil
 }

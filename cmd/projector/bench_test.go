@@ -90,6 +90,9 @@ func TestBenchUsage(t *testing.T) {
 		{"--events", "10", "--aggregates", "20"},
 		{"--bogus"},
 		{"extra"},
+		{"ingress", "--clients", "0"},
+		{"ingress", "--requests", "0"},
+		{"ingress", "--bogus"},
 	} {
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		var ue usageError

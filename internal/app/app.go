@@ -33,6 +33,7 @@ import (
 	"github.com/projector-dev/projector/internal/broker"
 	"github.com/projector-dev/projector/internal/config"
 	"github.com/projector-dev/projector/internal/httpserver"
+	"github.com/projector-dev/projector/internal/ingress"
 	"github.com/projector-dev/projector/internal/metrics"
 	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/processor"
@@ -51,7 +52,10 @@ type App struct {
 	// mode, and when no side effects are configured).
 	Executor      *sideeffects.Worker
 	ExecutorStore *state.Store
-	Logger        *slog.Logger
+	// Ingress is the HTTP front door (nil unless ingress.listen is set, in
+	// live mode).
+	Ingress *ingress.Server
+	Logger  *slog.Logger
 	// Registry holds every metric of this process; Metrics feeds it.
 	Registry *prometheus.Registry
 	Metrics  *metrics.Metrics
@@ -224,6 +228,18 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 	if err := a.newMetrics(cfg, copts); err != nil {
 		return nil, err
 	}
+	if o.Mode == processor.Live && cfg.Ingress.Enabled() {
+		in := cfg.Ingress
+		a.Ingress, err = ingress.New(ingress.Config{
+			Listen: in.Listen, Topic: in.Topic, ReceiptsTopic: in.ReceiptsTopic, Timeout: in.Timeout.Std(),
+			MaxBodyBytes: int64(in.MaxBodyBytes), MaxBatch: in.MaxBatch, RequireTenant: in.RequireTenant,
+			MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes), Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions),
+			Brokers: a.Brokers, ClientOpts: copts, Logger: log.With("component", "ingress"), Registerer: a.Registry,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -267,6 +283,11 @@ func (a *App) Ready() (bool, string) {
 			why = append(why, "executor: "+reason)
 		}
 	}
+	if a.Ingress != nil {
+		if ok, reason := a.Ingress.Ready(); !ok {
+			why = append(why, "ingress: "+reason)
+		}
+	}
 	return len(why) == 0, strings.Join(why, "; ")
 }
 
@@ -288,6 +309,9 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 		MaxRecordsPerTxn: cfg.Kafka.MaxRecordsPerTransaction, MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
 		Mode: o.Mode, Logger: a.Logger, Hooks: o.Hooks,
+	}
+	if cfg.Ingress != nil {
+		pc.ReceiptsTopic = cfg.Ingress.ReceiptsTopic
 	}
 	if len(cfg.SideEffects) > 0 {
 		rules, err := sideeffects.NewRules(cfg.SideEffects)
@@ -329,7 +353,7 @@ func (a *App) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, 4)
+	errs := make([]error, 5)
 	srv := httpserver.New(a.Config.HTTP.Listen, a.Registry, a.Ready)
 	wg.Go(func() {
 		if errs[2] = srv.Run(ctx); errs[2] != nil {
@@ -349,6 +373,13 @@ func (a *App) Run(ctx context.Context) error {
 	if a.Executor != nil {
 		wg.Go(func() {
 			if errs[1] = a.Executor.Run(ctx); errs[1] != nil {
+				cancel()
+			}
+		})
+	}
+	if a.Ingress != nil {
+		wg.Go(func() {
+			if errs[4] = a.Ingress.Run(ctx); errs[4] != nil {
 				cancel()
 			}
 		})

@@ -67,6 +67,9 @@ type Config struct {
 	Projections []Projection `yaml:"projections"` // at least one; unique names and topics
 	SideEffects []SideEffect `yaml:"sideEffects"`
 	HTTP        HTTP         `yaml:"http"`
+	// Ingress is the optional HTTP front door (POST /v1/events); nil when
+	// the section is absent, and then it is off.
+	Ingress *Ingress `yaml:"ingress"`
 }
 
 // Kafka configures the client and the topics.
@@ -236,6 +239,41 @@ type HTTP struct {
 // Enabled reports whether the HTTP server should run.
 func (h HTTP) Enabled() bool { return h.Listen != "" && h.Listen != HTTPOff }
 
+// Ingress defaults.
+const (
+	DefaultIngressTimeout  = 10 * time.Second
+	DefaultIngressMaxBatch = 100
+)
+
+// Ingress configures the HTTP front door (docs/ingress.md). Every instance
+// of a deployment shares the section: processors write receipts when it is
+// present, whether or not they serve the listener themselves.
+type Ingress struct {
+	// Listen is host:port of the ingress listener; required. "off"
+	// disables the listener while the processor still writes receipts
+	// (instances that only process).
+	Listen string `yaml:"listen"`
+	// Topic is the input topic events are written to; default the first of
+	// kafka.input, and it must be one of them.
+	Topic string `yaml:"topic"`
+	// ReceiptsTopic (compacted) holds one receipt per ingested event;
+	// default "<name>.receipts".
+	ReceiptsTopic string `yaml:"receiptsTopic"`
+	// Timeout is how long a request waits for its committed receipt before
+	// it is answered 202 Accepted with a Location to poll; default 10s.
+	Timeout Duration `yaml:"timeout"`
+	// MaxBodyBytes bounds a request body (413 above it); default
+	// kafka.maxRecordBytes.
+	MaxBodyBytes ByteSize `yaml:"maxBodyBytes"`
+	// MaxBatch bounds the events of one {"events":[…]} request; default 100.
+	MaxBatch int `yaml:"maxBatch"`
+	// RequireTenant makes X-Tenant-ID mandatory (400 without it).
+	RequireTenant bool `yaml:"requireTenant"`
+}
+
+// Enabled reports whether the ingress listener should run.
+func (in *Ingress) Enabled() bool { return in != nil && in.Listen != "" && in.Listen != HTTPOff }
+
 // Default returns a Config with every default that does not depend on other
 // settings applied, and no projections. It does not pass Validate as is: Name,
 // brokers, input and projections must be set.
@@ -325,6 +363,23 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.HTTP.Listen == "" {
 		c.HTTP.Listen = DefaultHTTPListen
+	}
+	if in := c.Ingress; in != nil {
+		if in.Topic == "" && len(k.Input) > 0 {
+			in.Topic = k.Input[0]
+		}
+		if in.ReceiptsTopic == "" && c.Name != "" {
+			in.ReceiptsTopic = c.Name + ".receipts"
+		}
+		if in.Timeout == 0 {
+			in.Timeout = Duration(DefaultIngressTimeout)
+		}
+		if in.MaxBodyBytes == 0 {
+			in.MaxBodyBytes = k.MaxRecordBytes
+		}
+		if in.MaxBatch == 0 {
+			in.MaxBatch = DefaultIngressMaxBatch
+		}
 	}
 }
 

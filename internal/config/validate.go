@@ -120,6 +120,7 @@ func (c *Config) Validate() error {
 			l.add("http.listen", "%s (or %q to disable)", msg, HTTPOff)
 		}
 	}
+	c.validateIngress(&l)
 	return l.err()
 }
 
@@ -429,4 +430,34 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+func (c *Config) validateIngress(l *errorList) {
+	in := c.Ingress
+	if in == nil {
+		return
+	}
+	switch {
+	case in.Listen == "":
+		l.add("ingress.listen", "required when the ingress section is present (host:port, or %q for an instance that only processes)", HTTPOff)
+	case in.Listen != HTTPOff:
+		if msg := checkAddr(in.Listen, true, 0); msg != "" {
+			l.add("ingress.listen", "%s (or %q to disable)", msg, HTTPOff)
+		} else if c.HTTP.Enabled() && in.Listen == c.HTTP.Listen && !strings.HasSuffix(in.Listen, ":0") {
+			l.add("ingress.listen", "must differ from http.listen (%s): the ingress has its own listener", c.HTTP.Listen)
+		}
+	}
+	if in.Topic != "" && !slices.Contains(c.Kafka.Input, in.Topic) {
+		l.add("ingress.topic", "must be one of kafka.input %v, got %q", c.Kafka.Input, in.Topic)
+	}
+	if in.ReceiptsTopic != "" {
+		checkTopic(l, "ingress.receiptsTopic", in.ReceiptsTopic)
+	}
+	positive(l, "ingress.timeout", in.Timeout)
+	if in.MaxBodyBytes < 2 {
+		l.add("ingress.maxBodyBytes", "must be at least 2 bytes, got %d", int64(in.MaxBodyBytes))
+	}
+	if in.MaxBatch < 1 || in.MaxBatch > 10000 {
+		l.add("ingress.maxBatch", "must be 1..10000, got %d", in.MaxBatch)
+	}
 }

@@ -38,6 +38,7 @@ type ReadyFunc func() (ready bool, reason string)
 // Server is the HTTP server of one worker.
 type Server struct {
 	listen  string
+	key     string // the configuration key of listen, for errors
 	handler http.Handler
 
 	mu     sync.Mutex
@@ -72,7 +73,13 @@ func New(listen string, gatherer prometheus.Gatherer, ready ReadyFunc) *Server {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "projector: /metrics /healthz /readyz\n")
 	})
-	return &Server{listen: listen, handler: mux, up: make(chan struct{})}
+	return &Server{listen: listen, key: "http.listen", handler: mux, up: make(chan struct{})}
+}
+
+// NewHandler returns a server of handler on listen (another listener, such
+// as the ingress); key names listen's configuration key in errors.
+func NewHandler(listen, key string, handler http.Handler) *Server {
+	return &Server{listen: listen, key: key, handler: handler, up: make(chan struct{})}
 }
 
 func text(w http.ResponseWriter, code int, body string) {
@@ -114,7 +121,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ln, err := lc.Listen(ctx, "tcp", s.listen)
 	if err != nil {
 		s.markUp()
-		return fmt.Errorf("httpserver: cannot listen on %s (http.listen): %w", s.listen, err)
+		return fmt.Errorf("httpserver: cannot listen on %s (%s): %w", s.listen, s.key, err)
 	}
 	s.mu.Lock()
 	s.addr = ln.Addr()

@@ -1,0 +1,128 @@
+// Package receipt is the record format shared by the HTTP ingress (which
+// writes the input records and reads the receipts) and the processor (which
+// writes one receipt per ingested event inside the transaction that
+// processes it).
+//
+// Invariants:
+//
+//   - An input record that came through the ingress carries the header
+//     Header, whose value is the JSON of Origin: the tenant, the
+//     Idempotency-Key, the event's index in its request and the request's
+//     event count. Nothing else about the record differs from any other
+//     input record.
+//   - A receipt is keyed by Key(tenant, key, index), so a compacted receipts
+//     topic keeps one receipt per ingested event for ever (nothing deletes
+//     them): a receipt outlives the dedup retention of its event id.
+//   - The processor writes a receipt only when the event id is new to its
+//     dedup store (or the record is invalid): a duplicate or a conflict
+//     never overwrites the first committed receipt, so a receipt always
+//     holds the fingerprint of the first committed payload.
+//   - EventID is a pure function of (tenant, key, index): two ingress
+//     instances taking the same retry produce the same event id, and the
+//     processor's dedup settles which record counts.
+package receipt
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// Header marks an input record written by the ingress; its value is the
+// JSON of Origin.
+const Header = "projector-ingress"
+
+// Origin is the value of Header: where in which request an event came from.
+type Origin struct {
+	TenantID string `json:"tenantId,omitempty"`
+	Key      string `json:"key"`
+	Index    int    `json:"index"`
+	Count    int    `json:"count"`
+	Batch    bool   `json:"batch,omitempty"` // {"events":[…]} rather than one envelope
+}
+
+// ParseOrigin decodes a Header value.
+func ParseOrigin(v []byte) (Origin, error) {
+	var o Origin
+	if err := json.Unmarshal(v, &o); err != nil {
+		return o, err
+	}
+	if o.Key == "" || o.Index < 0 || o.Count < 1 || o.Index >= o.Count {
+		return o, errors.New("receipt: malformed " + Header + " header")
+	}
+	return o, nil
+}
+
+// Key is the receipts-topic key of one event of a request. Tenants and keys
+// are printable ASCII, so the newline separators cannot be forged.
+func Key(tenant, key string, index int) string {
+	return tenant + "\n" + key + "\n" + strconv.Itoa(index)
+}
+
+// EventID derives the event id of the index-th event of a request from the
+// tenant and the Idempotency-Key: "ik-" and 32 hex digits of
+// SHA-256(tenant NUL key NUL index).
+func EventID(tenant, key string, index int) string {
+	h := sha256.New()
+	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.Itoa(index)))
+	return "ik-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Receipt is the committed outcome of one ingested event, the value of a
+// receipts-topic record.
+type Receipt struct {
+	Origin
+	EventID     string `json:"eventId"`
+	Fingerprint string `json:"fingerprint"` // hex SHA-256 of the RFC 8785 form (CONTRACT.md §1)
+	// Outcome is the event's outcome: the first matching projection's
+	// (applied, held, stale, too-large, failed), or invalid, or filtered
+	// when no projection takes its aggregate type.
+	Outcome string `json:"outcome"`
+	// Projections holds every matching projection's outcome.
+	Projections map[string]string `json:"projections,omitempty"`
+	// Reason says why an invalid event is invalid.
+	Reason    string `json:"reason,omitempty"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// Encode is the receipt's record value.
+func (r *Receipt) Encode() []byte {
+	b, _ := json.Marshal(r) // plain strings, ints and a string map: cannot fail
+	return b
+}
+
+// Decode parses a receipt value.
+func Decode(v []byte) (*Receipt, error) {
+	r := new(Receipt)
+	if err := json.Unmarshal(v, r); err != nil {
+		return nil, err
+	}
+	if r.Key == "" || r.Count < 1 {
+		return nil, errors.New("receipt: malformed receipt")
+	}
+	return r, nil
+}
+
+// Set records a projection's outcome; the first one set (configuration
+// order) is the Outcome. A nil receipt (none wanted) ignores it, so the
+// processor's hot path needs no branch.
+func (r *Receipt) Set(projection, outcome string) {
+	if r == nil {
+		return
+	}
+	if r.Projections == nil {
+		r.Projections = map[string]string{}
+	}
+	r.Projections[projection] = outcome
+	if r.Outcome == "" {
+		r.Outcome = outcome
+	}
+}
