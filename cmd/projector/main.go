@@ -45,7 +45,7 @@ func commands() []command {
 		{"gaps", "held aggregates: gaps list|skip --config FILE", runGaps},
 		{"inspect", "one aggregate's guard version, state and held events", runInspect},
 		{"broker", "run the persistent embedded broker (development, demos, soak) until SIGTERM", runBroker},
-		{"bench", "measure the pipeline against the transport floor on an embedded broker", runBench},
+		{"bench", "measure the pipeline against the transport floor on an embedded broker (bench ingress: the HTTP front door)", runBench},
 		{"version", "print the version, VCS revision and Go version of this binary (also --version)", runVersion},
 	}
 }
