@@ -57,7 +57,7 @@ func TestVerdicts(t *testing.T) {
 }
 
 // TestAbortedMarkLeavesNothing: a mark staged in a transaction that is never
-// committed does not exist (invariant 1).
+// committed does not exist (docs/design.md#staged-writes-only).
 func TestAbortedMarkLeavesNothing(t *testing.T) {
 	st := store(t)
 	d := dedup.NewStore(time.Hour)

@@ -1,7 +1,7 @@
 package processor_test
 
-// The fault matrix of DESIGN.md as named, seeded tests. Each asserts its
-// invariant and logs a figure line
+// The fault matrix (docs/design.md#faults-and-reliability, docs/reliability.md)
+// as named, seeded tests. Each asserts its invariant and logs a figure line
 //
 //	N events, D dupes injected, K crashes, A aborts, F faults; output dup 0, lost 0, aborted-visible 0, nonmonotonic 0, projection diff 0, seed S
 //
@@ -42,8 +42,9 @@ import (
 // TestFaultCrashLoop: many crashes at seeded random points of the
 // transaction – after Kafka committed and before Pebble was written, and
 // after staging before the commit – each followed by a restart on the same
-// state dir. Invariants 1 and 2: state restored from the changelog, aborted
-// events processed again, projection == model.
+// state dir. docs/design.md#behind-kafka and #changelog-closes-gap: state
+// restored from the changelog, aborted events processed again, projection ==
+// model.
 func TestFaultCrashLoop(t *testing.T) {
 	for _, tc := range []struct {
 		name        string

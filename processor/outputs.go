@@ -66,8 +66,9 @@ func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record
 
 // emitIntents produces the side-effect intents of an applied event — the
 // handler's and the configured rules' — in live mode, or counts them as
-// suppressed in rebuild mode (invariants 6 and 7). Intents are only ever
-// built from Changes, that is from applied events.
+// suppressed in rebuild mode (docs/design.md#effects-only-from-applied,
+// docs/design.md#no-effects-in-rebuild). Intents are only ever built from
+// Changes, that is from applied events.
 func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projection, c projection.Change) {
 	intents := c.Effects
 	if p.cfg.EffectRules != nil {

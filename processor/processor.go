@@ -14,7 +14,7 @@ import (
 )
 
 // ErrFenced reports that another instance with the same transactional id took
-// over; the process must stop (invariant 5).
+// over; the process must stop (docs/design.md#fencing-is-fatal).
 var ErrFenced = eos.ErrFenced
 
 // Processor runs the exactly-once event pipeline. Create it with New and call

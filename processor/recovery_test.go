@@ -60,7 +60,8 @@ func TestRestartMidStream(t *testing.T) {
 
 // TestCrashAfterCommitBeforePebble: the process dies after Kafka committed a
 // transaction and before Pebble was written; the restart restores the missing
-// state from the changelog (invariant 2) instead of re-applying the events.
+// state from the changelog (docs/design.md#changelog-closes-gap) instead of
+// re-applying the events.
 func TestCrashAfterCommitBeforePebble(t *testing.T) {
 	e := newEnv(t, 4)
 	recs, exp := smallWorkload(11, 20_000, 2_000)

@@ -52,7 +52,8 @@ type offer struct {
 }
 
 // TestGuardOutcomes walks the version guard through in-order, stale, held,
-// drained, competing and overflowing events (invariant 4).
+// drained, competing and overflowing events
+// (docs/design.md#one-order-per-aggregate).
 func TestGuardOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

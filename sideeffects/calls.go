@@ -21,7 +21,7 @@ const OrphanTTL = 10 * time.Minute
 // the new Runner recovers the key as unknown while the old Runner's call is
 // still running (calls are not cancelled at a revoke, which would make each
 // one's outcome unknown), and the receiver must never see two requests for
-// one key at once (CONTRACT.md §6).
+// one key at once (docs/contract.md#side-effect-webhook).
 //
 // Invariants:
 //

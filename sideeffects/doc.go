@@ -7,7 +7,8 @@
 //
 //   - Rules derives intents (effect name + idempotency key) from an applied
 //     event; IntentValue builds the record value produced to the intents topic
-//     (CONTRACT.md §3) and ParseIntent reads it back.
+//     (docs/contract.md#side-effect-intents-topic) and ParseIntent reads it
+//     back.
 //   - Ledger.Offer records a key as pending the first time it is seen. Every
 //     later offer of the same key, from a redelivery or from another
 //     projection, is a duplicate and changes nothing.

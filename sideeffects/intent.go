@@ -29,7 +29,8 @@ type Intent struct {
 	Value []byte `json:"-"`
 }
 
-// IntentValue builds the intents-topic record value of CONTRACT.md §3:
+// IntentValue builds the intents-topic record value of
+// docs/contract.md#side-effect-intents-topic:
 //
 //	{"key","effect","projection","aggregateId","aggregateVersion","eventId","event":{…}}
 //

@@ -237,7 +237,8 @@ func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) 
 }
 
 // Start begins an attempt: pending or unknown → in-flight, Attempts+1. The
-// caller must commit this durably before it calls the executor (invariant 2).
+// caller must commit this durably before it calls the executor
+// (docs/design.md#in-flight-before-call).
 // Whether the entry is due, and whether an unknown entry may be retried, is
 // the caller's policy (the Runner's).
 func (l *Ledger) Start(key string, now time.Time) (Entry, error) {

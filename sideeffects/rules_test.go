@@ -135,7 +135,7 @@ func TestIntentValueRoundTrip(t *testing.T) {
 	if !json.Valid(v) {
 		t.Fatalf("not JSON: %s", v)
 	}
-	// The exact member order of CONTRACT.md §3.
+	// The exact member order of docs/contract.md#side-effect-intents-topic.
 	var keys []string
 	d := json.NewDecoder(bytesReader(v))
 	d.Token()

@@ -169,7 +169,8 @@ func (c *RunnerConfig) applyDefaults() {
 // (and unknown ones under onUnknown: retry), at most Workers at a time,
 // calls their executor and records the result, retrying with backoff.
 //
-// Order per attempt, which is what makes invariant 2 hold:
+// Order per attempt, which is what makes in-flight-before-call hold
+// (docs/design.md#in-flight-before-call):
 //
 //  0. Hold the key's slot in Calls, waiting while another Runner of this
 //     process still has a call for it; if that Runner handed its outcome
@@ -189,9 +190,9 @@ func (c *RunnerConfig) applyDefaults() {
 // one process, Calls keeps Runners from overlapping whatever the clock says.
 //
 // Store errors are fatal to Run: without the store the Runner can neither
-// guarantee invariant 2 nor record outcomes, and the restart's Recover puts
-// things right. In the processor there is one Runner per effects-topic
-// partition, run while the partition is assigned.
+// guarantee in-flight-before-call nor record outcomes, and the restart's
+// Recover puts things right. In the processor there is one Runner per
+// effects-topic partition, run while the partition is assigned.
 type Runner struct {
 	cfg  RunnerConfig
 	wake chan struct{}

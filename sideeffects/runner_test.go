@@ -177,8 +177,9 @@ func TestRunnerDuplicates(t *testing.T) {
 	}
 }
 
-// Invariant: a key that has succeeded is never executed again — not on
-// re-offer, not on Enqueue, not by a new Runner after a restart.
+// docs/design.md#one-success-per-key: a key that has succeeded is never
+// executed again — not on re-offer, not on Enqueue, not by a new Runner after
+// a restart.
 func TestRunnerSucceededNeverAgain(t *testing.T) {
 	rc := newReceiver(t, nil)
 	store := NewMemStore()
@@ -415,7 +416,8 @@ func (s failingStore) Update(fn func(*Ledger) error) error {
 	})
 }
 
-// Invariant 2: the executor runs only after the in-flight mark is committed.
+// docs/design.md#in-flight-before-call: the executor runs only after the
+// in-flight mark is committed.
 // If that commit fails, nothing is called and Run reports the error.
 func TestRunnerInFlightBeforeCall(t *testing.T) {
 	rc := newReceiver(t, nil)

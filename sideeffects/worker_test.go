@@ -188,7 +188,8 @@ func setup(t *testing.T, events int) ([]string, []workload.Record, map[string]bo
 
 // TestLiveEffectsOneExecutionPerKey: duplicated events, the same key emitted
 // by two projections, and intents delivered twice all give one execution per
-// key; the ledger records every key as succeeded (invariant 6).
+// key; the ledger records every key as succeeded
+// (docs/design.md#one-success-per-key).
 func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	brokers, recs, keys := setup(t, 3000)
 	rcv := newReceiver(t)

@@ -281,7 +281,8 @@ func (rc *fxReceiver) url(by string) string { return rc.srv.URL + "/" + by }
 func (rc *fxReceiver) serve(w http.ResponseWriter, r *http.Request) {
 	// Read the body first: only then does the server watch the connection
 	// and cancel r.Context() when the caller gives up (a hanging call ends
-	// at the caller's deadline, as CONTRACT.md §6 assumes of a receiver).
+	// at the caller's deadline, as docs/contract.md#side-effect-webhook
+	// assumes of a receiver).
 	_, _ = io.Copy(io.Discard, r.Body)
 	by, key := strings.TrimPrefix(r.URL.Path, "/"), r.Header.Get("Idempotency-Key")
 	start := time.Now()

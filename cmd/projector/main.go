@@ -18,7 +18,7 @@ import (
 	"github.com/projector-dev/projector/internal/config"
 )
 
-// Exit codes (CONTRACT.md §5).
+// Exit codes (docs/contract.md#exit-codes-and-signals).
 const (
 	exitOK      = 0
 	exitRuntime = 1

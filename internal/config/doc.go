@@ -1,5 +1,5 @@
 // Package config loads, defaults and validates the projector configuration
-// (CONTRACT.md §4).
+// (docs/contract.md#configuration; every key: docs/configuration.md).
 //
 // Guarantees:
 //

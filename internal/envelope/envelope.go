@@ -1,5 +1,5 @@
-// Package envelope decodes and validates the event envelope (CONTRACT.md §1) and
-// computes its fingerprint.
+// Package envelope decodes and validates the event envelope
+// (docs/contract.md#event-envelope) and computes its fingerprint.
 //
 // One Kafka record value is one envelope: a UTF-8 JSON object with the members
 // eventId, eventType, aggregateId (required), aggregateType, aggregateVersion,

@@ -19,14 +19,14 @@ import (
 )
 
 // ErrFenced reports that another instance with the same transactional id took
-// over; the process must stop (invariant 5). The broker says so as the
-// producer's fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) or, as the
-// instance id is also the group's static member id (decision 006), as the
-// group's (FENCED_INSTANCE_ID): whichever request of the old incarnation
-// reaches the broker first after the new one started.
+// over; the process must stop (docs/design.md#fencing-is-fatal). The broker
+// says so as the producer's fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH)
+// or, as the instance id is also the group's static member id (decision 006),
+// as the group's (FENCED_INSTANCE_ID): whichever request of the old
+// incarnation reaches the broker first after the new one started.
 var ErrFenced = errors.New("fenced by another instance with the same transactional id")
 
-// Dead-letter headers (CONTRACT.md §3).
+// Dead-letter headers (docs/contract.md#dead-letter-topic).
 const (
 	HeaderReason = "projector-reason"
 	HeaderError  = "projector-error"

@@ -92,9 +92,9 @@ func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) err
 	return nil
 }
 
-// publishReadiness tells Stats whether the loop is ready (CONTRACT.md §4:
-// joined the group and every assigned partition restored, also with none
-// assigned) and, if not, why.
+// publishReadiness tells Stats whether the loop is ready
+// (docs/contract.md#health-and-readiness: joined the group and every assigned
+// partition restored, also with none assigned) and, if not, why.
 func (l *Loop) publishReadiness() {
 	l.mu.Lock()
 	joined := l.joined

@@ -196,7 +196,7 @@ func (l *Loop) finish(f *inflight) error {
 	if f.err != nil {
 		// Kafka has the transaction; Pebble does not (or not all of it).
 		// Stop: on restart the changelog restores what is missing
-		// (invariant 2).
+		// (docs/design.md#changelog-closes-gap).
 		f.tx.aborted()
 		return fmt.Errorf("%w: %w", errStateCommit, f.err)
 	}

@@ -1,5 +1,5 @@
 // Package httpserver serves the operational endpoints of a worker
-// (CONTRACT.md §4, http.listen):
+// (docs/contract.md#health-and-readiness, http.listen):
 //
 //   - /metrics: the Prometheus exposition of the given Gatherer;
 //   - /healthz: 200 "ok" as long as the process serves HTTP (liveness);

@@ -1,7 +1,7 @@
 // Package metrics exposes the committed counters of the processor and the
 // side-effect executor, consumer lag, Pebble's health and franz-go client
 // metrics as Prometheus metrics on an injected prometheus.Registerer
-// (CONTRACT.md §7). It keeps no globals.
+// (docs/contract.md#metrics). It keeps no globals.
 //
 // Invariants:
 //

@@ -24,7 +24,8 @@ import (
 // Hooks are the processor's test hooks.
 type Hooks = processor.Hooks
 
-// TestRebuildEqualsLive is invariant 7 at scale (acceptance 1 and 4 of #5): a
+// TestRebuildEqualsLive is docs/design.md#no-effects-in-rebuild and
+// docs/design.md#rebuild-equals-live at scale (acceptance 1 and 4 of #5): a
 // live worker with a side effect processes ≥ 100k events; a rebuild of the
 // same input runs while the live worker keeps consuming new events, and a
 // second run catches up with what arrived since; then the rebuilt topic

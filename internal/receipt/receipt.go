@@ -78,8 +78,10 @@ func EventID(tenant, key string, index int) string {
 // receipts-topic record.
 type Receipt struct {
 	Origin
-	EventID     string `json:"eventId"`
-	Fingerprint string `json:"fingerprint"` // hex SHA-256 of the RFC 8785 form (CONTRACT.md §1)
+	EventID string `json:"eventId"`
+	// Fingerprint is the hex SHA-256 of the event's RFC 8785 form
+	// (docs/contract.md#dedup-scope-and-fingerprint).
+	Fingerprint string `json:"fingerprint"`
 	// Outcome is the event's outcome: the first matching projection's
 	// (applied, held, stale, too-large, failed), or invalid, or filtered
 	// when no projection takes its aggregate type.

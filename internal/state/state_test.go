@@ -18,7 +18,8 @@ func open(t *testing.T) *Store {
 }
 
 // TestNeverAheadUntilCommit: staged writes are visible to the txn only, and
-// reach the store (with the changelog offset) only on Commit (invariant 1, 3).
+// reach the store (with the changelog offset) only on Commit
+// (docs/design.md#behind-kafka, docs/design.md#atomic-task-commit).
 func TestNeverAheadUntilCommit(t *testing.T) {
 	s := open(t)
 	task := Task{Topic: "in", Partition: 2}

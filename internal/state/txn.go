@@ -58,8 +58,8 @@ func (s *Store) NewTxnSized(base *Txn, hint int) *Txn {
 // in Pebble (then the two views are equal) so that chains stay short.
 func (t *Txn) Detach() { t.base = nil }
 
-// Get reads key, staged writes first (invariant 2), then the bases'. The
-// returned slice must not be modified.
+// Get reads key, staged writes first (docs/design.md#read-your-writes), then
+// the bases'. The returned slice must not be modified.
 func (t *Txn) Get(key []byte) ([]byte, bool, error) {
 	for l := t; l != nil; l = l.base {
 		if w, ok := l.writes[string(key)]; ok {
@@ -145,7 +145,7 @@ func (t *Txn) SetChangelogOffset(task Task, next int64) {
 
 // Commit writes the staged state and changelog offsets to Pebble in one synced
 // batch and empties the txn. Call it only after the Kafka transaction
-// committed (invariant 1).
+// committed (docs/design.md#behind-kafka).
 func (t *Txn) Commit() error {
 	if err := t.write(); err != nil {
 		return err
@@ -156,11 +156,11 @@ func (t *Txn) Commit() error {
 
 // WriteAll writes txns that own disjoint keys – one per task – each in its
 // own synced batch, in order, stopping at the first failure. Every batch
-// carries its task's changelog offset, so invariant 3 holds per task, the
-// unit a restore works in: after a crash between two of the batches, each
-// task restores from the offset its own batch recorded. (Sequential on
-// purpose: a failed WAL write leaves Pebble unusable, and a concurrent commit
-// would then run into Pebble's own panics.)
+// carries its task's changelog offset, so docs/design.md#atomic-task-commit
+// holds per task, the unit a restore works in: after a crash between two of
+// the batches, each task restores from the offset its own batch recorded.
+// (Sequential on purpose: a failed WAL write leaves Pebble unusable, and a
+// concurrent commit would then run into Pebble's own panics.)
 //
 // WriteAll only reads the txns, so other goroutines may keep reading through
 // them (NewTxnOver) meanwhile; Finish them afterwards, on the owner's
@@ -209,8 +209,9 @@ func (t *Txn) write() (err error) {
 	// In key order: the memtable's skiplist inserter reuses its last
 	// position, so sorted inserts (dedup ids are random hashes) cost a
 	// fraction of scattered ones.
-	// The changelog offsets go in the same batch (invariant 3) and through
-	// the same filter and cache updates as the state.
+	// The changelog offsets go in the same batch
+	// (docs/design.md#atomic-task-commit) and through the same filter and
+	// cache updates as the state.
 	ws := make([]committedWrite, 0, len(t.writes)+len(t.offsets))
 	for k, w := range t.writes {
 		ws = append(ws, t.s.committedWrite(k, w.val))
