@@ -2,15 +2,17 @@
 // redelivered event is recognised and a reused event id with a different intent
 // is caught.
 //
-// Invariants:
+// Invariants (named in docs/design.md#invariants where they have a name):
 //
-//   - The dedup scope is processor name + source topic + tenantId + eventId.
-//     The processor name and topic are fixed per state store and task, so the
-//     key stored here is a 128-bit hash of (tenantId, eventId) below the task
-//     prefix. (A collision needs ~2^64 ids in one partition.)
-//   - An entry holds the event's fingerprint and when it was marked: the same
-//     id with the same fingerprint is a Duplicate, with another fingerprint a
-//     Conflict, as long as the entry is younger than the retention.
+//   - duplicates-absorbed: the dedup scope is processor name + source
+//     topic + tenantId + eventId. The processor name and topic are fixed per
+//     state store and task, so the key stored here is a 128-bit hash of
+//     (tenantId, eventId) below the task prefix. (A collision needs ~2^64 ids
+//     in one partition.)
+//   - duplicates-absorbed: an entry holds the event's fingerprint and when it
+//     was marked: the same id with the same fingerprint is a Duplicate, with
+//     another fingerprint a Conflict, as long as the entry is younger than
+//     the retention.
 //   - One point lookup per check: the key does not depend on time, so a miss
 //     (the common case, a new event) costs one bloom-filtered Get.
 //   - The changelog carries one record per segment, not per id: a segment is
@@ -21,15 +23,15 @@
 //     expands a segment record back into its entries. Entries written
 //     before segments existed (one changelog record each) are still read,
 //     restored and swept.
-//   - Expiry is a sweep, in bounded chunks so that no transaction grows
-//     large, through the staged transaction: it deletes expired entries
-//     locally and tombstones expired segments (their markers are in mark
-//     time order), so compaction reclaims them in the changelog too. Until
-//     an entry is swept it is simply ignored by Check; on restore an
-//     expired entry is dropped, and an expired segment restores to its
+//   - bounded-transaction: expiry is a sweep, in bounded chunks so that no
+//     transaction grows large, through the staged transaction: it deletes
+//     expired entries locally and tombstones expired segments (their markers
+//     are in mark time order), so compaction reclaims them in the changelog
+//     too. Until an entry is swept it is simply ignored by Check; on restore
+//     an expired entry is dropped, and an expired segment restores to its
 //     marker alone (which the sweep then tombstones).
-//   - The store reads and writes through a staged transaction, so a mark made
-//     in a transaction that aborts never existed.
+//   - staged-writes-only: the store reads and writes through a staged
+//     transaction, so a mark made in a transaction that aborts never existed.
 package dedup
 
 import (

@@ -7,21 +7,21 @@
 // receipt (internal/receipt; never for a duplicate or a conflict, so the
 // first committed receipt of a key stands).
 //
-// Invariants (DESIGN.md numbers them; the tests name them):
+// Invariants (named in docs/design.md#invariants; the tests there prove them):
 //
-//  1. Pebble is never ahead of Kafka: a transaction's state is staged in a
-//     state.Txn and written to Pebble, synced, only after End reports
-//     committed. Every other End result discards the staged writes.
-//  2. Pebble may be behind Kafka; the changelog closes the gap: every staged
-//     write is produced to the task's changelog partition in the same
-//     transaction. A task is restored from its stored changelog offset to the
-//     partition's last stable offset on assignment, and again once the group
-//     has fetched the task's committed offsets (by then any transaction of a
-//     previous owner has resolved), before its records are processed.
-//  3. Read-your-writes inside a transaction: guards and dedup read the staged
-//     overlay first.
-//  4. One aggregate, one order: see package projection.
-//  5. Fencing is fatal: the transactional id is stable per instance
+//   - behind-kafka: Pebble is never ahead of Kafka: a transaction's state is
+//     staged in a state.Txn and written to Pebble, synced, only after End
+//     reports committed. Every other End result discards the staged writes.
+//   - changelog-closes-gap: Pebble may be behind Kafka; every staged write is
+//     produced to the task's changelog partition in the same transaction. A
+//     task is restored from its stored changelog offset to the partition's
+//     last stable offset on assignment, and again once the group has fetched
+//     the task's committed offsets (by then any transaction of a previous
+//     owner has resolved), before its records are processed.
+//   - read-your-writes: inside a transaction, guards and dedup read the
+//     staged overlay first.
+//   - one-order-per-aggregate: see package projection.
+//   - fencing-is-fatal: the transactional id is stable per instance
 //     (name-instanceId); an End error (fenced, or any other, none is
 //     retryable) stops Run with an error.
 //

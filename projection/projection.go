@@ -3,21 +3,24 @@
 // events and its drain, the declarative rules (merge, delete) and the Handler
 // interface for projections written in Go.
 //
-// Invariants:
+// Invariants (named in docs/design.md#invariants):
 //
-//   - One aggregate, one order: for a versioned projection the versions applied
-//     to an aggregate are exactly 1, 2, 3 …; an event whose version is not the
-//     next one is stale (≤ current) or held (> current+1).
-//   - Held events are state: they are stored below the task prefix (and so
-//     produced to the changelog), survive crashes and partition moves, and drain
-//     in order the moment the missing version is applied. An aggregate's held
-//     events are the one its record carries inline, if any, and those under
-//     its held prefix; its record's held count counts both (decision 009).
-//   - A handler error leaves the guard where it was: the failing event is
-//     reported (dead-lettered by the processor) and later versions wait behind
-//     the gap, where the gap policy and operators see them.
-//   - The guard reads and writes only through the staged transaction it is
-//     given, so nothing it does outlives an aborted Kafka transaction.
+//   - one-order-per-aggregate: for a versioned projection the versions
+//     applied to an aggregate are exactly 1, 2, 3 …; an event whose version
+//     is not the next one is stale (≤ current) or held (> current+1).
+//   - one-order-per-aggregate (held events are state): they are stored below
+//     the task prefix (and so produced to the changelog), survive crashes and
+//     partition moves, and drain in order the moment the missing version is
+//     applied. An aggregate's held events are the one its record carries
+//     inline, if any, and those under its held prefix; its record's held
+//     count counts both (decision 009).
+//   - one-order-per-aggregate (a handler error leaves the guard where it
+//     was): the failing event is reported (dead-lettered by the processor)
+//     and later versions wait behind the gap, where the gap policy and
+//     operators see them.
+//   - staged-writes-only: the guard reads and writes only through the staged
+//     transaction it is given, so nothing it does outlives an aborted Kafka
+//     transaction.
 package projection
 
 import (

@@ -23,20 +23,21 @@ const OrphanTTL = 10 * time.Minute
 // one's outcome unknown), and the receiver must never see two requests for
 // one key at once (docs/contract.md#side-effect-webhook).
 //
-// Invariants:
+// Invariants (the first two named in docs/design.md#invariants):
 //
-//  1. One holder per idempotency key in the process. A Runner holds the
-//     key's slot from before it commits the in-flight mark until it has
-//     recorded the outcome or handed it over, so this process never has two
-//     calls in flight for one key; a Runner that finds the slot held waits.
-//  2. A handed-over outcome (Orphan) is taken once, by the next holder of the
-//     key for the same ledger (Orphan.Scope), which records it with
-//     Ledger.Settle instead of calling again, or hands it back if it cannot
-//     record it either. So a 2xx that happened is recorded as a success, and
-//     this process does not call the key again.
-//  3. Memory is bounded by the calls in flight plus the outcomes handed over
-//     in the last OrphanTTL: an orphan is dropped once taken, and one nobody
-//     takes expires.
+//   - one-call-in-flight-per-key: one holder per idempotency key in the
+//     process. A Runner holds the key's slot from before it commits the
+//     in-flight mark until it has recorded the outcome or handed it over, so
+//     this process never has two calls in flight for one key; a Runner that
+//     finds the slot held waits.
+//   - outcome-survives-revoke: a handed-over outcome (Orphan) is taken once,
+//     by the next holder of the key for the same ledger (Orphan.Scope), which
+//     records it with Ledger.Settle instead of calling again, or hands it back
+//     if it cannot record it either. So a 2xx that happened is recorded as a
+//     success, and this process does not call the key again.
+//   - Bounded memory (local to Calls): memory is bounded by the calls in
+//     flight plus the outcomes handed over in the last OrphanTTL: an orphan
+//     is dropped once taken, and one nobody takes expires.
 type Calls struct {
 	now func() time.Time // for expiry; a test may replace it
 

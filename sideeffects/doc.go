@@ -15,18 +15,19 @@
 //   - The Runner marks a due key in-flight, and only once that is durably
 //     committed calls the Executor (the Webhook), then records the outcome.
 //
-// Invariants:
+// Invariants (named in docs/design.md#invariants):
 //
-//  1. At most one success per key, ever. A key whose entry is succeeded or
-//     failed is terminal: every ledger transition out of it is refused, so it
-//     is never executed again, whatever is offered, enqueued or restarted.
-//  2. In-flight before the call. The transition to in-flight is committed
+//   - one-success-per-key: at most one success per key, ever. A key whose
+//     entry is succeeded or failed is terminal: every ledger transition out
+//     of it is refused, so it is never executed again, whatever is offered,
+//     enqueued or restarted.
+//   - in-flight-before-call: the transition to in-flight is committed
 //     (Store.Update returned nil) before the executor is called. A process
 //     that stops between the call and the recording of its outcome leaves the
 //     entry in-flight; Ledger.Recover, run before any execution, turns every
 //     in-flight entry into unknown, because the call may or may not have taken
 //     effect.
-//  3. Unknown is never guessed. An unknown entry is either retried with the
+//   - unknown-never-guessed: an unknown entry is either retried with the
 //     same idempotency key (onUnknown: retry, for receivers that honour
 //     Idempotency-Key) or parked until an operator resolves it
 //     (Ledger.Resolve, "projector effects resolve"). It is never marked failed
@@ -36,28 +37,31 @@
 //     timeout, plus DeadlineMargin for clock skew), and every call is
 //     cancelled at its deadline: the call it retries, made by whichever
 //     instance, has been given up by then, so a receiver is never sent a
-//     second request for a key while the first may be open (CONTRACT.md §6).
-//  4. The ledger is the only authority. The Runner's in-memory schedule is a
-//     hint; every execution decision is re-read from the ledger inside the
-//     transaction that starts the attempt, so stale or duplicate schedule
-//     entries are harmless.
-//  5. The ledger reads and writes only through the KV it is given (a staged
-//     state.Txn in the processor), so none of its writes outlives an aborted
-//     Kafka transaction, and all of them reach the changelog.
-//  6. One call per key at a time in a process. A Runner holds the key's slot
-//     in Calls, shared by a Worker's Runners, from before it commits the
-//     in-flight mark until it has recorded the outcome; a Runner whose
-//     partition was revoked while its call ran hands the outcome over there,
-//     and the partition's next Runner in the process records it
-//     (Ledger.Settle) instead of calling again.
-//  7. An outcome is never lost to a revoke. A Runner that can no longer
-//     record its call's outcome also reports it (Command op "outcome") on the
-//     effects topic, keyed like the intent, so the partition's owner in any
-//     process records it inside its own transaction, as long as the ledger
-//     still waits for that attempt. If the report is lost, invariant 3
-//     applies: the key is retried with the same idempotency key after the
-//     attempt's deadline.
+//     second request for a key while the first may be open
+//     (docs/contract.md#side-effect-webhook).
+//   - ledger-is-authority: the ledger is the only authority. The Runner's
+//     in-memory schedule is a hint; every execution decision is re-read from
+//     the ledger inside the transaction that starts the attempt, so stale or
+//     duplicate schedule entries are harmless.
+//   - staged-writes-only: the ledger reads and writes only through the KV it
+//     is given (a staged state.Txn in the processor), so none of its writes
+//     outlives an aborted Kafka transaction, and all of them reach the
+//     changelog.
+//   - one-call-in-flight-per-key: one call per key at a time in a process. A
+//     Runner holds the key's slot in Calls, shared by a Worker's Runners,
+//     from before it commits the in-flight mark until it has recorded the
+//     outcome; a Runner whose partition was revoked while its call ran hands
+//     the outcome over there, and the partition's next Runner in the process
+//     records it (Ledger.Settle) instead of calling again.
+//   - outcome-survives-revoke: an outcome is never lost to a revoke. A Runner
+//     that can no longer record its call's outcome also reports it (Command
+//     op "outcome") on the effects topic, keyed like the intent, so the
+//     partition's owner in any process records it inside its own
+//     transaction, as long as the ledger still waits for that attempt. If the
+//     report is lost, unknown-never-guessed applies: the key is retried with
+//     the same idempotency key after the attempt's deadline.
 //
-// Rebuild mode (DESIGN.md invariant 7) is the caller's concern: in rebuild
-// the processor neither produces intents nor runs a Runner.
+// Rebuild mode (docs/design.md#no-effects-in-rebuild) is the caller's
+// concern: in rebuild the processor neither produces intents nor runs a
+// Runner.
 package sideeffects

@@ -3,24 +3,24 @@
 // session, the restore of state from changelogs, and the order of a
 // transaction's steps; a Handler decides what each record means.
 //
-// Invariants (DESIGN.md numbers them):
+// Invariants (named in docs/design.md#invariants):
 //
-//  1. Pebble is never ahead of Kafka: a transaction's state is staged in a
-//     state.Txn and written to Pebble, synced, only after End reports
-//     committed. Every other End result discards the staged writes, and the
-//     Batch's commit hooks (counters, in-memory indexes, wake-ups) run only
-//     after the Pebble write.
-//  2. Pebble may be behind Kafka; the changelog closes the gap: every staged
-//     write below a task prefix is produced to the task's changelog
-//     partition in the same transaction. A task is restored from its stored
-//     changelog offset to the partition's last stable offset on assignment,
-//     and again once the group has fetched the task's committed offsets (by
-//     then any transaction of a previous owner has resolved), before its
-//     records are processed. A store that last matched its changelog longer
-//     ago than the changelog's delete.retention.ms (or at an unknown time),
-//     and has records to read, is restored from offset 0 instead: compaction
-//     may have removed tombstones it never saw (docs/decisions/007).
-//  5. Fencing is fatal: the transactional id is stable per instance; an End
+//   - behind-kafka: Pebble is never ahead of Kafka: a transaction's state is
+//     staged in a state.Txn and written to Pebble, synced, only after End
+//     reports committed. Every other End result discards the staged writes,
+//     and the Batch's commit hooks (counters, in-memory indexes, wake-ups)
+//     run only after the Pebble write.
+//   - changelog-closes-gap: Pebble may be behind Kafka; every staged write
+//     below a task prefix is produced to the task's changelog partition in
+//     the same transaction. A task is restored from its stored changelog
+//     offset to the partition's last stable offset on assignment, and again
+//     once the group has fetched the task's committed offsets (by then any
+//     transaction of a previous owner has resolved), before its records are
+//     processed. A store that last matched its changelog longer ago than the
+//     changelog's delete.retention.ms (or at an unknown time), and has
+//     records to read, is restored from offset 0 instead: compaction may
+//     have removed tombstones it never saw (docs/decisions/007).
+//   - fencing-is-fatal: the transactional id is stable per instance; an End
 //     error (fenced, or any other: none is retryable) stops Run.
 //
 // A transaction has one Batch and one state.Txn per task; each task's state

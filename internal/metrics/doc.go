@@ -3,23 +3,25 @@
 // metrics as Prometheus metrics on an injected prometheus.Registerer
 // (docs/contract.md#metrics). It keeps no globals.
 //
-// Invariants:
+// Invariants (named in docs/design.md#invariants):
 //
-//  1. One source of truth per number. The counters live in the loops'
-//     committed stats (*processor.Stats, *sideeffects.WorkerStats), which
-//     publish a transaction's counts only when it commits; the Collector reads
-//     them at scrape time and reports them as CounterValue, so a scrape shows
-//     exactly the committed counts: nothing processed in an aborted
-//     transaction, nothing counted twice. This package counts nothing itself
-//     but lag refresh failures, and fills the transaction_seconds histogram
-//     from the loops' observers.
-//  2. Every series of a known label value exists from New on, at 0: every
-//     (projection, outcome) for the configured projections plus RecordLevel,
-//     every dead-letter reason, every (effect, status) of the configured
-//     effects, every transaction result, and a lag series for every assigned
-//     partition. Dashboards and alerts see them before the first event.
-//  3. A scrape never waits on Kafka. Consumer lag is refreshed by Run, in the
-//     background, and a scrape reports the last value it got.
+//   - committed-counts-only: one source of truth per number. The counters
+//     live in the loops' committed stats (*processor.Stats,
+//     *sideeffects.WorkerStats), which publish a transaction's counts only
+//     when it commits; the Collector reads them at scrape time and reports
+//     them as CounterValue, so a scrape shows exactly the committed counts:
+//     nothing processed in an aborted transaction, nothing counted twice.
+//     This package counts nothing itself but lag refresh failures, and fills
+//     the transaction_seconds histogram from the loops' observers.
+//   - series-exist-at-zero: every series of a known label value exists from
+//     New on, at 0: every (projection, outcome) for the configured
+//     projections plus RecordLevel, every dead-letter reason, every (effect,
+//     status) of the configured effects, every transaction result, and a lag
+//     series for every assigned partition. Dashboards and alerts see them
+//     before the first event.
+//   - scrape-never-waits: a scrape never waits on Kafka. Consumer lag is
+//     refreshed by Run, in the background, and a scrape reports the last
+//     value it got.
 //
 // Label conventions:
 //

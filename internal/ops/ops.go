@@ -1,7 +1,7 @@
 // Package ops reads the processor's committed state for operator commands
 // (gaps, inspect) and sends operator commands to the processor.
 //
-// Invariants:
+// Invariants (docs/design.md#ops-through-kafka):
 //
 //   - Tools never open the worker's Pebble store (a running worker holds its
 //     lock, and Pebble may lag Kafka). They read the compacted changelog

@@ -3,21 +3,21 @@
 // projection topics key by key (Diff) so that an operator can check a rebuild
 // before cutting readers over.
 //
-// Invariants:
+// Invariants (named in docs/design.md#invariants where they have a name):
 //
-//   - A rebuild never calls out (DESIGN.md invariant 7). It runs the processor
+//   - no-effects-in-rebuild: a rebuild never calls out. It runs the processor
 //     in processor.Rebuild mode and never starts the side-effect executor.
 //     The configured side-effect rules are still evaluated, so every intent
 //     the live worker would have produced is counted as suppressed (in the
 //     processor's stats, the projector_side_effects_total{status="suppressed"}
 //     series and the summary) and none is produced.
-//   - A rebuild shares nothing writable with the live worker: its consumer
-//     group, transactional-id prefix and changelog topics follow
-//     Group(name, topic) = "<name>-rebuild-<topic>", its Pebble state lives in
-//     StateDir(cfg, topic) = "<state.dir>/rebuild-<topic>", and its dead
-//     letters go to "<topic>.dlq" unless told otherwise. The processor name
-//     (the dedup scope) stays the live one, so the rebuilt projection of the
-//     same input equals the live one, key for key.
+//   - rebuild-equals-live: a rebuild shares nothing writable with the live
+//     worker: its consumer group, transactional-id prefix and changelog
+//     topics follow Group(name, topic) = "<name>-rebuild-<topic>", its Pebble
+//     state lives in StateDir(cfg, topic) = "<state.dir>/rebuild-<topic>",
+//     and its dead letters go to "<topic>.dlq" unless told otherwise. The
+//     processor name (the dedup scope) stays the live one, so the rebuilt
+//     projection of the same input equals the live one, key for key.
 //   - The target is fixed at start: the input's end offsets (last stable
 //     offsets, what a read_committed consumer can reach) are captured before
 //     the processor starts, and the rebuild is complete when the group's

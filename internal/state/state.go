@@ -2,20 +2,20 @@
 // cache of the changelog topics, and the per-transaction staging overlay that
 // keeps it from ever getting ahead of Kafka.
 //
-// Invariants:
+// Invariants (named in docs/design.md#invariants):
 //
-//  1. Pebble is never ahead of Kafka. A Txn stages every write in memory;
-//     nothing reaches Pebble until Commit (or Store.WriteAll), which the
-//     processor calls only after the Kafka transaction carrying the same
-//     writes (as changelog records) has committed. A discarded Txn leaves no
-//     trace.
-//  2. Read-your-writes. Txn.Get consults the staged overlay before Pebble, so
+//   - behind-kafka: Pebble is never ahead of Kafka. A Txn stages every write
+//     in memory; nothing reaches Pebble until Commit (or Store.WriteAll),
+//     which the processor calls only after the Kafka transaction carrying
+//     the same writes (as changelog records) has committed. A discarded Txn
+//     leaves no trace.
+//   - read-your-writes: Txn.Get consults the staged overlay before Pebble, so
 //     two events of one aggregate in one transaction see each other.
-//  3. Every commit is durable (pebble.Sync) and atomic per task: a task's state
-//     writes and the changelog offset they reflect land in one batch, so after
-//     a crash Pebble says exactly which changelog offset each task restores
-//     from (a transaction spanning tasks is several batches; see
-//     docs/decisions/004).
+//   - atomic-task-commit: every commit is durable (pebble.Sync) and atomic per
+//     task: a task's state writes and the changelog offset they reflect land
+//     in one batch, so after a crash Pebble says exactly which changelog
+//     offset each task restores from (a transaction spanning tasks is
+//     several batches; see docs/decisions/004).
 //
 // Key layout. Keys owned by an input partition (a "task") start with the task
 // prefix: 't', uint16 topic length, topic, uint32 partition. What follows the
