@@ -4,24 +4,25 @@
 // is used), writes it to the input topic and answers with the outcome the
 // processor committed; GET /v1/receipts/{key} answers the same later.
 //
-// Invariants:
+// Invariants (the ingress's own; docs/ingress.md):
 //
-//  1. One event id per (tenant, key, index), derived (receipt.EventID), never
+//   - One event id per (tenant, key, index), derived (receipt.EventID), never
 //     taken from the client: two instances that each take a retry write the
-//     same id, and the processor's dedup lets one of them count.
-//  2. Every 2xx body is built from committed receipts only (read
+//     same id, and the processor's dedup lets one of them count
+//     (docs/design.md#duplicates-absorbed).
+//   - Every 2xx body is built from committed receipts only (read
 //     read_committed from the receipts topic, which the processor writes in
 //     the transaction that processes the event): the answer is what was
 //     committed, never a guess, and every instance gives the same bytes.
-//  3. A request whose receipts this instance can see is never written
+//   - A request whose receipts this instance can see is never written
 //     again: a replay is answered from the receipts (200, or 409 when the
 //     payload's RFC 8785 fingerprint differs from the first committed one),
 //     so no second event is produced for a key, whatever the dedup
 //     retention. Until the receipts view has caught up with the end offsets
 //     taken at start the server answers 503 (and is not ready), because a
 //     receipt it has not read yet is not a missing receipt.
-//  4. Every answer is safe to retry with the same key and body.
-//  5. Run owns the listener, the producer and the receipts reader; on
+//   - Every answer is safe to retry with the same key and body.
+//   - Run owns the listener, the producer and the receipts reader; on
 //     shutdown the listener stops accepting, requests waiting for a receipt
 //     are answered 202 at once, and Run returns after they are gone.
 package ingress
