@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -17,196 +14,12 @@ import (
 	"github.com/projector-dev/projector/internal/state"
 )
 
-// syncAssignment applies the assignment changes recorded by the group
-// callbacks: revoked tasks are dropped, newly assigned ones restored.
-func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
-	l.mu.Lock()
-	revoked, pending := l.revoked, l.pending
-	l.revoked, l.pending = make(map[state.Task]bool), make(map[state.Task]bool)
-	l.mu.Unlock()
-	if len(revoked) > 0 || len(pending) > 0 {
-		// Hooks of a committed transaction touch task state: run them
-		// before tasks go or come.
-		if err := l.settle(); err != nil {
-			return err
-		}
-	}
-	for id := range revoked {
-		if t := l.tasks[id]; t != nil {
-			delete(l.tasks, id)
-			l.h.Revoked(t)
-		}
-		l.stats.setAssigned(id, false)
-	}
-	if len(revoked) > 0 {
-		l.needReset = true
-	}
-	if len(pending) == 0 {
-		return nil
-	}
-	var ts []*Task
-	for id := range pending {
-		t := &Task{ID: id, Prefix: id.Prefix(), since: time.Now()}
-		if old := l.tasks[id]; old != nil {
-			l.h.Revoked(old)
-		}
-		l.tasks[id] = t
-		l.stats.setAssigned(id, true)
-		ts = append(ts, t)
-	}
-	l.publishReadiness()
-	return r.restore(ctx, ts, false)
-}
-
-// verify restores, once per assignment, every task whose records arrived or
-// whose committed offsets the group has fetched (onOffsetsFetched): by then
-// a previous owner's transaction has resolved and the changelog's last
-// stable offset includes it. A task that has neither (kgo did not report
-// the fetch) is verified after the longest a transaction can stay open.
-func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
-	var ts []*Task
-	seen := make(map[state.Task]bool)
-	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
-		if t := l.tasks[id]; t != nil && !t.verified && len(fp.Records) > 0 && !seen[id] {
-			seen[id] = true
-			ts = append(ts, t)
-		}
-	})
-	l.mu.Lock()
-	for id, t := range l.tasks {
-		if t.verified || seen[id] {
-			continue
-		}
-		if l.fetched[id] || time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
-			ts = append(ts, t)
-		}
-	}
-	l.mu.Unlock()
-	if len(ts) > 0 {
-		if err := r.restore(ctx, ts, true); err != nil {
-			return err
-		}
-	}
-	l.publishReadiness()
-	return nil
-}
-
-// publishReadiness tells Stats whether the loop is ready
-// (docs/contract.md#health-and-readiness: joined the group and every assigned
-// partition restored, also with none assigned) and, if not, why.
-func (l *Loop) publishReadiness() {
-	l.mu.Lock()
-	joined := l.joined
-	l.mu.Unlock()
-	missing := l.stats.MissingInputs()
-	var restoring []string
-	for id, t := range l.tasks {
-		if !t.verified {
-			restoring = append(restoring, id.String())
-		}
-	}
-	switch {
-	case len(missing) > 0:
-		l.stats.setReadiness(false, fmt.Sprintf("input topic %s does not exist (create it; the worker waits for it)", strings.Join(missing, ", ")))
-	case !joined:
-		l.stats.setReadiness(false, "joining consumer group "+l.cfg.Group)
-	case len(restoring) > 0:
-		slices.Sort(restoring)
-		l.stats.setReadiness(false, fmt.Sprintf("group %s: restoring %d of %d partitions (%s)", l.cfg.Group, len(restoring), len(l.tasks), strings.Join(restoring, ", ")))
-	default:
-		l.stats.setReadiness(true, "")
-	}
-}
-
 // restorer reads changelog partitions into Pebble.
 type restorer struct {
 	l  *Loop
 	cl *kgo.Client
 	// retentions caches each changelog topic's delete.retention.ms.
 	retentions map[string]retention
-}
-
-// retention is a changelog topic's delete.retention.ms, as read at a time.
-type retention struct {
-	d    time.Duration
-	read time.Time
-}
-
-// Tombstone retention (docs/decisions/007).
-const (
-	// defaultDeleteRetention is Kafka's default delete.retention.ms, assumed
-	// when the broker does not say (or may not be asked).
-	defaultDeleteRetention = 24 * time.Hour
-	// retentionTTL is how long a topic's delete.retention.ms read is used
-	// before it is read again (an operator may change it).
-	retentionTTL = 10 * time.Minute
-	// matchRefresh: a task whose store is found to match the changelog on
-	// (re)assignment, with nothing to read, gets its match time refreshed
-	// when the recorded one is older than this (one small synced write).
-	matchRefresh = time.Minute
-)
-
-// deleteRetention returns how long the changelog topic keeps a tombstone
-// after compaction reaches it: its delete.retention.ms.
-func (r *restorer) deleteRetention(ctx context.Context, topic string) (time.Duration, error) {
-	if c, ok := r.retentions[topic]; ok && time.Since(c.read) < retentionTTL {
-		return c.d, nil
-	}
-	rcs, err := kadm.NewClient(r.cl).DescribeTopicConfigs(ctx, topic)
-	var rc kadm.ResourceConfig
-	if err == nil {
-		rc, err = rcs.On(topic, nil)
-	}
-	if err == nil {
-		err = rc.Err
-	}
-	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
-		// May not describe the topic: assume Kafka's default, once per TTL.
-		r.l.cfg.Logger.Warn("cannot read the changelog's delete.retention.ms; assuming Kafka's default", "topic", topic, "default", defaultDeleteRetention, "err", err)
-		err = nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("eos: restore: describe configs of %s: %w", topic, brokerErr(err))
-	}
-	d := defaultDeleteRetention
-	for _, c := range rc.Configs {
-		if c.Key != "delete.retention.ms" || c.Value == nil {
-			continue
-		}
-		ms, err := strconv.ParseInt(*c.Value, 10, 64)
-		if err != nil || ms < 0 {
-			return 0, fmt.Errorf("eos: restore: %s: delete.retention.ms %q is not a duration in ms", topic, *c.Value)
-		}
-		d = time.Duration(ms) * time.Millisecond
-	}
-	if r.retentions == nil {
-		r.retentions = make(map[string]retention)
-	}
-	r.retentions[topic] = retention{d: d, read: time.Now()}
-	return d, nil
-}
-
-// staleStore reports why a task's store, which last matched the changelog at
-// matched (zero: unknown) and must read records after it, cannot resume from
-// its offset: the changelog may have dropped, by compaction, a tombstone
-// written after the match ("" when it may resume). A tombstone stays at
-// least delete.retention.ms after it was written; the last tenth of that
-// absorbs clock skew and the time between a write and its stamp.
-func (r *restorer) staleStore(ctx context.Context, topic string, matched time.Time) (string, error) {
-	ret, err := r.deleteRetention(ctx, topic)
-	if err != nil {
-		return "", err
-	}
-	if matched.IsZero() {
-		return "the store does not record when it last matched the changelog (written by an older version)", nil
-	}
-	age := r.l.cfg.Store.Now().Sub(matched) // the clock that stamped it
-	if age >= ret-ret/10 {
-		return fmt.Sprintf("the store last matched the changelog %s ago; the changelog keeps tombstones for %s (delete.retention.ms)",
-			age.Round(time.Second), ret), nil
-	}
-	return "", nil
 }
 
 const restoreChunk = 10000
@@ -265,6 +78,7 @@ const (
 type transientError struct{ err error }
 
 func (e *transientError) Error() string { return e.err.Error() }
+
 func (e *transientError) Unwrap() error { return e.err }
 
 // brokerErr marks a Kafka error met during a restore as transient, unless it
