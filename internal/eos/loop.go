@@ -223,7 +223,6 @@ func (l *Loop) interruptPoll() {
 // cancellation it finishes the open transaction (or aborts it), leaves the
 // group and returns nil.
 func (l *Loop) Run(ctx context.Context) (err error) {
-	log := l.cfg.Logger
 	l.publishReadiness()
 	if err := l.ensureTopics(ctx); err != nil {
 		return l.stopping(ctx, err)
@@ -234,30 +233,15 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 	}
 	defer func() { l.closeSession(sess, ctx.Err() != nil && err == nil) }()
 	l.sess = sess
-	// Initialise the transactional producer before anything else: this
-	// fences a previous incarnation with our transactional id and aborts the
-	// transaction it left open, so restores do not wait behind it (and an
-	// authentication problem surfaces now, with its cause).
-	initCtx, cancelInit := context.WithTimeout(ctx, l.cfg.TransactionTimeout+l.cfg.SessionTimeout)
-	_, _, err = sess.Client().ProducerID(initCtx)
-	cancelInit()
-	if err != nil {
-		return l.stopping(ctx, fmt.Errorf("eos: initialise transactional id %s: %w", l.cfg.TransactionalID, err))
+	if err := l.initProducer(ctx, sess); err != nil {
+		return l.stopping(ctx, err)
 	}
-	rc, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(l.cfg.Brokers...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	}, l.cfg.ClientOpts...)...)
+	rc, err := l.newRestoreClient()
 	if err != nil {
-		return fmt.Errorf("eos: restore client: %w", err)
+		return err
 	}
 	defer rc.Close()
-	defer func() {
-		for _, t := range l.tasks {
-			l.h.Revoked(t)
-		}
-	}()
+	defer l.revokeAll()
 	defer l.writers.Wait() // after the settle below: its goroutine has returned
 	defer func() {
 		// A transaction Kafka committed is written to Pebble whatever
@@ -274,47 +258,15 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 		if err := l.syncAssignment(ctx, r); err != nil {
 			return l.stopping(ctx, err)
 		}
-		l.dropLost()
-		if l.needReset {
-			// No records are in hand here: an empty abort cannot rewind
-			// anything we are about to process.
-			l.resetSession()
+		if err := l.tidy(); err != nil {
+			return err
 		}
-		if f := l.inflight; f != nil {
-			select {
-			case <-f.done:
-				// Written while we were away: run its hooks now, so that
-				// counts and indexes do not wait for the next transaction.
-				if err := l.settle(); err != nil {
-					return err
-				}
-			default:
-			}
-		}
-		pollCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		l.mu.Lock()
-		if l.woken {
-			cancel() // work arrived since the last poll: do not wait for records
-		}
-		l.woken, l.pollCancel = false, cancel
-		l.mu.Unlock()
-		fetches := sess.PollRecords(pollCtx, l.cfg.MaxRecordsPerTxn)
-		cancel()
+		fetches := l.poll(ctx, sess)
 		if fetches.IsClientClosed() {
 			return nil
 		}
-		var fatal error
-		fetches.EachError(func(t string, part int32, err error) {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return
-			}
-			log.Warn("fetch error", "topic", t, "partition", part, "err", err)
-			if isFatal(err) {
-				fatal = err
-			}
-		})
-		if fatal != nil {
-			return fatalError("fetch", fatal)
+		if err := l.fetchError(fetches); err != nil {
+			return err
 		}
 		// Re-sync: a rebalance may have happened during the poll; the tasks
 		// with records must be restored (again) before they are processed.
@@ -332,4 +284,73 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+}
+
+// revokeAll hands every task still owned to Handler.Revoked as Run returns,
+// so that the handler's per-task state (the executor's Runners) stops with it.
+func (l *Loop) revokeAll() {
+	for _, t := range l.tasks {
+		l.h.Revoked(t)
+	}
+}
+
+// tidy is the loop's housekeeping before each poll: tasks the session
+// dropped silently go, a swallowed revoke is made visible again, and a
+// Pebble write that landed meanwhile gets its hooks run.
+func (l *Loop) tidy() error {
+	l.dropLost()
+	if l.needReset {
+		// No records are in hand here: an empty abort cannot rewind
+		// anything we are about to process.
+		l.resetSession()
+	}
+	if f := l.inflight; f != nil {
+		select {
+		case <-f.done:
+			// Written while we were away: run its hooks now, so that
+			// counts and indexes do not wait for the next transaction.
+			return l.settle()
+		default:
+		}
+	}
+	return nil
+}
+
+// pollWait bounds how long a poll waits for records before the loop checks
+// Handler.Due and the assignment again.
+const pollWait = 100 * time.Millisecond
+
+// poll fetches up to MaxRecordsPerTxn records, for at most pollWait; Wake
+// ends the wait early (and a Wake since the last poll skips it).
+func (l *Loop) poll(ctx context.Context, sess *kgo.GroupTransactSession) kgo.Fetches {
+	pollCtx, cancel := context.WithTimeout(ctx, pollWait)
+	l.mu.Lock()
+	if l.woken {
+		cancel() // work arrived since the last poll: do not wait for records
+	}
+	l.woken, l.pollCancel = false, cancel
+	l.mu.Unlock()
+	fetches := sess.PollRecords(pollCtx, l.cfg.MaxRecordsPerTxn)
+	cancel()
+	return fetches
+}
+
+// fetchError logs the poll's fetch errors (the end of the poll's own wait
+// aside) and returns the last fatal one, wrapped: the client retries the
+// others by itself.
+func (l *Loop) fetchError(fetches kgo.Fetches) error {
+	var fatal error
+	fetches.EachError(func(t string, part int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		l.cfg.Logger.Warn("fetch error", "topic", t, "partition", part, "err", err)
+		if isFatal(err) {
+			fatal = err
+		}
+	})
+	if fatal != nil {
+		return fatalError("fetch", fatal)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -162,4 +163,32 @@ func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
 		return kgo.ManualPartitioner().ForTopic(t)
 	}
 	return p.byKey.ForTopic(t)
+}
+
+// initProducer initialises the transactional producer before anything else:
+// this fences a previous incarnation with our transactional id and aborts
+// the transaction it left open, so restores do not wait behind it (and an
+// authentication problem surfaces now, with its cause).
+func (l *Loop) initProducer(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	initCtx, cancel := context.WithTimeout(ctx, l.cfg.TransactionTimeout+l.cfg.SessionTimeout)
+	defer cancel()
+	if _, _, err := sess.Client().ProducerID(initCtx); err != nil {
+		return fmt.Errorf("eos: initialise transactional id %s: %w", l.cfg.TransactionalID, err)
+	}
+	return nil
+}
+
+// newRestoreClient returns the client restores read the changelogs with:
+// read_committed, keeping the control records (every transaction's marker
+// shows a restore that the range up to the last stable offset was read).
+func (l *Loop) newRestoreClient() (*kgo.Client, error) {
+	rc, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(l.cfg.Brokers...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	}, l.cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("eos: restore client: %w", err)
+	}
+	return rc, nil
 }
