@@ -67,3 +67,31 @@ func (l *Loop) finish(f *inflight) error {
 	}
 	return nil
 }
+
+// writeState writes a transaction Kafka committed to Pebble. Each task's txn
+// stops reading through the previous transaction's (Pebble has it now) and
+// records the offset after its last changelog record. Without AsyncCommit
+// the write and its hooks run here; with it the write runs on a goroutine
+// while the loop goes on, and settle finishes it.
+func (l *Loop) writeState(tx *txnBatches, p *txnProducer, start time.Time, records int) error {
+	tx.bases = nil // the previous transaction is in Pebble now
+	for _, c := range tx.children {
+		c.Txn.Detach()
+		if next, ok := p.offsets.next[c.task.ID]; ok {
+			c.Txn.SetChangelogOffset(c.task.ID, next)
+		}
+	}
+	f := &inflight{done: make(chan struct{}), tx: tx, start: start, records: records, produced: p.produced.Load()}
+	if !l.cfg.AsyncCommit {
+		f.write(l.cfg.Store)
+		return l.finish(f)
+	}
+	l.writers.Add(1)
+	go func() {
+		defer l.writers.Done()
+		f.write(l.cfg.Store)
+		l.interruptPoll() // an idle loop settles it without waiting for records
+	}()
+	l.inflight = f
+	return nil
+}

@@ -30,35 +30,9 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 	// below makes every produce error known before commit or abort.
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TransactionTimeout+endTimeoutHeadroom)
 	defer cancel()
-	cl := sess.Client()
-	offsets := newOffsetTracker(l.cfg.Inputs, l.cfg.ChangelogOf)
-	var (
-		perr     error
-		pmu      sync.Mutex
-		produced atomic.Int64
-	)
-	produce := func(r *kgo.Record) {
-		produced.Add(1)
-		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-			if err != nil {
-				pmu.Lock()
-				if perr == nil {
-					perr = fmt.Errorf("produce to %s: %w", r.Topic, err)
-				}
-				pmu.Unlock()
-				return
-			}
-			offsets.observe(r)
-		})
-	}
-	var bases map[state.Task]*Batch
-	if l.inflight != nil {
-		bases = l.inflight.tx.byTask
-	}
-	b := newTxnBatches(l.cfg.Store, now, l.cfg.DeadLetterTopic, produce, bases)
+	p := newTxnProducer(ctx, sess.Client(), newOffsetTracker(l.cfg.Inputs, l.cfg.ChangelogOf))
+	b := l.newTransaction(now, p.produce)
 	tx := b.tx
-	tx.owned = make(map[*Task]bool, len(l.tasks))
-	l.Tasks(func(t *Task) { tx.owned[t] = true })
 	written := false // Kafka committed and Pebble written
 	defer func() {
 		if !written {
@@ -76,25 +50,12 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 		return err
 	}
 
-	if err := cl.Flush(ctx); err != nil {
+	if err := sess.Client().Flush(ctx); err != nil {
 		l.abort(sess)
 		return fmt.Errorf("eos: flush: %w", err)
 	}
-	if perr != nil {
-		l.cfg.Logger.Warn("produce failed; aborting transaction", "err", perr)
-		if isFatal(perr) {
-			l.abort(sess)
-			return fatalError("produce", perr)
-		}
-		if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
-			return l.endError(err)
-		}
-		l.stats.addTxn("aborted", time.Since(start))
-		l.invalidate()
-		if l.produceAborts++; l.produceAborts >= maxProduceAborts {
-			return fmt.Errorf("eos: %d transactions in a row failed to produce; last error: %w", l.produceAborts, perr)
-		}
-		return nil
+	if perr := p.failure(); perr != nil {
+		return l.produceFailed(ctx, sess, perr, start)
 	}
 	l.produceAborts = 0
 	if h := l.cfg.Hooks; h != nil && h.AfterStage != nil {
@@ -124,26 +85,93 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 	if err := l.settle(); err != nil {
 		return err
 	}
-	tx.bases = nil // the previous transaction is in Pebble now
-	for _, c := range tx.children {
-		c.Txn.Detach()
-		if next, ok := offsets.next[c.task.ID]; ok {
-			c.Txn.SetChangelogOffset(c.task.ID, next)
-		}
-	}
 	written = true // from here on, the abort hooks are the write's to run
-	f := &inflight{done: make(chan struct{}), tx: tx, start: start, records: fetches.NumRecords(), produced: produced.Load()}
-	if !l.cfg.AsyncCommit {
-		f.write(l.cfg.Store)
-		return l.finish(f)
+	return l.writeState(tx, p, start, fetches.NumRecords())
+}
+
+// newTransaction returns the top batch of a new transaction. While the
+// previous transaction's Pebble write is in flight (AsyncCommit), task txns
+// read through its batches; the tasks owned and verified now are the only
+// ones the transaction may change outside Process (Batch.Owns).
+func (l *Loop) newTransaction(now time.Time, produce func(*kgo.Record)) *Batch {
+	var bases map[state.Task]*Batch
+	if l.inflight != nil {
+		bases = l.inflight.tx.byTask
 	}
-	l.writers.Add(1)
-	go func() {
-		defer l.writers.Done()
-		f.write(l.cfg.Store)
-		l.interruptPoll() // an idle loop settles it without waiting for records
-	}()
-	l.inflight = f
+	b := newTxnBatches(l.cfg.Store, now, l.cfg.DeadLetterTopic, produce, bases)
+	b.tx.owned = make(map[*Task]bool, len(l.tasks))
+	l.Tasks(func(t *Task) { b.tx.owned[t] = true })
+	return b
+}
+
+// txnProducer hands a transaction's records to the client as the handler
+// makes them. It counts them, notes the changelog offsets the broker
+// assigns (offsetTracker), and keeps the first produce error: one failed
+// record fails the whole transaction.
+type txnProducer struct {
+	ctx      context.Context
+	cl       *kgo.Client
+	offsets  *offsetTracker
+	produced atomic.Int64
+	// onDone is the produce callback (done), made once rather than per record.
+	onDone func(*kgo.Record, error)
+
+	mu  sync.Mutex
+	err error
+}
+
+func newTxnProducer(ctx context.Context, cl *kgo.Client, offsets *offsetTracker) *txnProducer {
+	p := &txnProducer{ctx: ctx, cl: cl, offsets: offsets}
+	p.onDone = p.done
+	return p
+}
+
+// produce adds r to the transaction (Batch.Produce).
+func (p *txnProducer) produce(r *kgo.Record) {
+	p.produced.Add(1)
+	p.cl.Produce(p.ctx, r, p.onDone)
+}
+
+// done is the client's callback for one produced record.
+func (p *txnProducer) done(r *kgo.Record, err error) {
+	if err != nil {
+		p.mu.Lock()
+		if p.err == nil {
+			p.err = fmt.Errorf("produce to %s: %w", r.Topic, err)
+		}
+		p.mu.Unlock()
+		return
+	}
+	p.offsets.observe(r)
+}
+
+// failure is the first produce error, if any; complete once the client's
+// Flush has returned.
+func (p *txnProducer) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// produceFailed ends a transaction some of whose records the broker refused.
+// A fatal error (fencing, authorization) stops the loop; any other aborts the
+// transaction, whose records are then processed again – but a record the
+// broker will never take must not loop forever: after maxProduceAborts
+// aborts in a row the loop stops with the error.
+func (l *Loop) produceFailed(ctx context.Context, sess *kgo.GroupTransactSession, perr error, start time.Time) error {
+	l.cfg.Logger.Warn("produce failed; aborting transaction", "err", perr)
+	if isFatal(perr) {
+		l.abort(sess)
+		return fatalError("produce", perr)
+	}
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		return l.endError(err)
+	}
+	l.stats.addTxn("aborted", time.Since(start))
+	l.invalidate()
+	if l.produceAborts++; l.produceAborts >= maxProduceAborts {
+		return fmt.Errorf("eos: %d transactions in a row failed to produce; last error: %w", l.produceAborts, perr)
+	}
 	return nil
 }
 
