@@ -1,0 +1,172 @@
+package projection
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// Policy is what to do with a gap that outlived the hold timeout.
+type Policy uint8
+
+const (
+	// Wait keeps holding (the gap is only reported).
+	Wait Policy = iota
+	// Skip applies the held events past the gap, lowest version first.
+	Skip
+	// DeadLetter drops the held events to the dead-letter topic.
+	DeadLetter
+)
+
+// ParsePolicy parses gaps.onTimeout.
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "wait", "":
+		return Wait, nil
+	case "skip":
+		return Skip, nil
+	case "deadletter":
+		return DeadLetter, nil
+	}
+	return Wait, fmt.Errorf("projection: unknown gap policy %q (want wait, skip or deadletter)", s)
+}
+
+// Expire resolves an aggregate's gap by policy (Skip or DeadLetter; Wait does
+// nothing) once it has been open for hold, as the aggregate's state says; a
+// younger gap is left alone, and the step reports it as it is (HeldBefore =
+// HeldCount, HeldSince). Operators use Skip with hold 0 through `gaps skip`.
+func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time, hold time.Duration) (Step, error) {
+	return g.ExpireBefore(kv, taskPrefix, aggregate, p, now, hold, 0)
+}
+
+// ExpireBefore is Expire whose Skip applies no held event from version stop
+// on (0: no stop). The held event at stop itself is removed unapplied (the
+// caller dead-letters it: its outputs would not fit a record), and the
+// versions after it wait behind it as a new gap, under the same policy.
+func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time, hold time.Duration, stop int64) (Step, error) {
+	var step Step
+	if p == Wait {
+		return step, nil
+	}
+	key := AggregateKey(taskPrefix, g.P.Name, aggregate)
+	st, err := g.load(kv, key)
+	if err != nil || st.heldCount == 0 {
+		return step, err
+	}
+	step.HeldBefore = st.heldCount
+	if since := time.UnixMilli(st.heldSince); now.Sub(since) < hold {
+		step.HeldCount, step.HeldSince = st.heldCount, since
+		return step, nil
+	}
+	hp := HeldPrefix(taskPrefix, g.P.Name, aggregate)
+	type held struct {
+		key, val []byte // key nil: the record's inline event
+		version  int64
+	}
+	var all []held
+	if st.inlineV > 0 {
+		all = append(all, held{val: st.inline, version: st.inlineV})
+	}
+	remove := func(h held) {
+		if h.key == nil {
+			st.takeInline()
+		} else {
+			kv.Delete(h.key)
+		}
+	}
+	err = kv.Scan(hp, func(k, v []byte) error {
+		if len(k) != len(hp)+8 {
+			return nil
+		}
+		all = append(all, held{
+			key: append([]byte(nil), k...), val: append([]byte(nil), v...),
+			version: int64(binary.BigEndian.Uint64(k[len(hp):])),
+		})
+		return nil
+	})
+	if err != nil {
+		return step, err
+	}
+	// The inline event first, then the keys in version order: put it in
+	// its place.
+	for i := 1; i < len(all) && all[i].version < all[i-1].version; i++ {
+		all[i], all[i-1] = all[i-1], all[i]
+	}
+	// Reconcile with what is really held: entries at or below the current
+	// version can only be leftovers (a deletion lost to changelog compaction
+	// while this instance was away); they must never move the guard back.
+	live := all[:0]
+	for _, h := range all {
+		if h.version <= st.version {
+			remove(h)
+			continue
+		}
+		live = append(live, h)
+	}
+	all = live
+	st.heldCount = int64(len(all))
+	switch p {
+	case DeadLetter:
+		for _, h := range all {
+			remove(h)
+			if _, src, err := DecodeHeld(h.val); err == nil {
+				step.Dropped = append(step.Dropped, Source{Offset: src.Offset,
+					Key: append([]byte(nil), src.Key...), Value: append([]byte(nil), src.Value...)})
+			} else {
+				step.Failures = append(step.Failures, Failure{Source: Source{Offset: -1, Value: h.val},
+					Err: fmt.Errorf("projection %s: held event: %w", g.P.Name, err)})
+			}
+		}
+		st.heldCount = 0
+	case Skip:
+		if len(all) > 0 {
+			h := all[0]
+			remove(h)
+			st.heldCount--
+			st.version = h.version - 1 // jump the gap
+			if h.version != stop && g.applyHeld(&st, h.val, &step) {
+				if err := g.drainBefore(kv, hp, &st, &step, now, stop); err != nil {
+					return step, err
+				}
+			}
+			if stop != 0 && st.version+1 == stop {
+				// The event at stop is not applied: the skip ends in front
+				// of it, and it leaves the held events.
+				if sk := heldKey(hp, stop); stop == h.version {
+					// removed above
+				} else if st.inlineV == stop {
+					st.takeInline()
+					st.heldCount--
+				} else if _, ok, err := kv.Get(sk); err != nil {
+					return step, err
+				} else if ok {
+					kv.Delete(sk)
+					st.heldCount--
+				}
+			}
+		}
+	}
+	// Whatever is still held waits behind a new gap, which opens now: the
+	// next skip needs its own full hold timeout.
+	if st.heldCount > 0 {
+		st.heldSince = now.UnixMilli()
+	} else {
+		st.heldSince = 0
+	}
+	kv.Set(key, st.encode())
+	step.HeldCount = st.heldCount
+	if st.heldCount > 0 {
+		step.HeldSince = time.UnixMilli(st.heldSince)
+	}
+	return step, nil
+}
+
+func (p Policy) String() string {
+	switch p {
+	case Skip:
+		return "skip"
+	case DeadLetter:
+		return "deadletter"
+	}
+	return "wait"
+}
