@@ -31,6 +31,17 @@ func ParsePolicy(s string) (Policy, error) {
 	return Wait, fmt.Errorf("projection: unknown gap policy %q (want wait, skip or deadletter)", s)
 }
 
+// String is the policy as gaps.onTimeout spells it.
+func (p Policy) String() string {
+	switch p {
+	case Skip:
+		return "skip"
+	case DeadLetter:
+		return "deadletter"
+	}
+	return "wait"
+}
+
 // Expire resolves an aggregate's gap by policy (Skip or DeadLetter; Wait does
 // nothing) once it has been open for hold, as the aggregate's state says; a
 // younger gap is left alone, and the step reports it as it is (HeldBefore =
@@ -59,91 +70,16 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 		return step, nil
 	}
 	hp := HeldPrefix(taskPrefix, g.P.Name, aggregate)
-	type held struct {
-		key, val []byte // key nil: the record's inline event
-		version  int64
-	}
-	var all []held
-	if st.inlineV > 0 {
-		all = append(all, held{val: st.inline, version: st.inlineV})
-	}
-	remove := func(h held) {
-		if h.key == nil {
-			st.takeInline()
-		} else {
-			kv.Delete(h.key)
-		}
-	}
-	err = kv.Scan(hp, func(k, v []byte) error {
-		if len(k) != len(hp)+8 {
-			return nil
-		}
-		all = append(all, held{
-			key: append([]byte(nil), k...), val: append([]byte(nil), v...),
-			version: int64(binary.BigEndian.Uint64(k[len(hp):])),
-		})
-		return nil
-	})
+	all, err := liveHeld(kv, hp, &st)
 	if err != nil {
 		return step, err
 	}
-	// The inline event first, then the keys in version order: put it in
-	// its place.
-	for i := 1; i < len(all) && all[i].version < all[i-1].version; i++ {
-		all[i], all[i-1] = all[i-1], all[i]
-	}
-	// Reconcile with what is really held: entries at or below the current
-	// version can only be leftovers (a deletion lost to changelog compaction
-	// while this instance was away); they must never move the guard back.
-	live := all[:0]
-	for _, h := range all {
-		if h.version <= st.version {
-			remove(h)
-			continue
-		}
-		live = append(live, h)
-	}
-	all = live
-	st.heldCount = int64(len(all))
 	switch p {
 	case DeadLetter:
-		for _, h := range all {
-			remove(h)
-			if _, src, err := DecodeHeld(h.val); err == nil {
-				step.Dropped = append(step.Dropped, Source{Offset: src.Offset,
-					Key: append([]byte(nil), src.Key...), Value: append([]byte(nil), src.Value...)})
-			} else {
-				step.Failures = append(step.Failures, Failure{Source: Source{Offset: -1, Value: h.val},
-					Err: fmt.Errorf("projection %s: held event: %w", g.P.Name, err)})
-			}
-		}
-		st.heldCount = 0
+		g.deadLetterHeld(kv, &st, all, &step)
 	case Skip:
-		if len(all) > 0 {
-			h := all[0]
-			remove(h)
-			st.heldCount--
-			st.version = h.version - 1 // jump the gap
-			if h.version != stop && g.applyHeld(&st, h.val, &step) {
-				if err := g.drainBefore(kv, hp, &st, &step, now, stop); err != nil {
-					return step, err
-				}
-			}
-			if stop != 0 && st.version+1 == stop {
-				// The event at stop is not applied: the skip ends in front
-				// of it, and it leaves the held events.
-				if sk := heldKey(hp, stop); stop == h.version {
-					// removed above
-				} else if st.inlineV == stop {
-					st.takeInline()
-					st.heldCount--
-				} else if _, ok, err := kv.Get(sk); err != nil {
-					return step, err
-				} else if ok {
-					kv.Delete(sk)
-					st.heldCount--
-				}
-			}
+		if err := g.skipGap(kv, hp, &st, all, &step, now, stop); err != nil {
+			return step, err
 		}
 	}
 	// Whatever is still held waits behind a new gap, which opens now: the
@@ -161,12 +97,118 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 	return step, nil
 }
 
-func (p Policy) String() string {
-	switch p {
-	case Skip:
-		return "skip"
-	case DeadLetter:
-		return "deadletter"
+// heldEntry is one of an aggregate's held events as stored: under its own
+// key, or (key nil) inline in the aggregate record.
+type heldEntry struct {
+	key, val []byte
+	version  int64
+}
+
+// removeHeld deletes h from the store: its key, or the record's inline slot.
+func removeHeld(kv KV, st *aggState, h heldEntry) {
+	if h.key == nil {
+		st.takeInline()
+	} else {
+		kv.Delete(h.key)
 	}
-	return "wait"
+}
+
+// liveHeld returns the aggregate's held events in version order – the
+// record's inline one and those under hp – and sets st's held count to
+// their number: the count is reconciled with what is really held.
+func liveHeld(kv KV, hp []byte, st *aggState) ([]heldEntry, error) {
+	var all []heldEntry
+	if st.inlineV > 0 {
+		all = append(all, heldEntry{val: st.inline, version: st.inlineV})
+	}
+	err := kv.Scan(hp, func(k, v []byte) error {
+		if len(k) != len(hp)+8 {
+			return nil
+		}
+		all = append(all, heldEntry{
+			key: append([]byte(nil), k...), val: append([]byte(nil), v...),
+			version: int64(binary.BigEndian.Uint64(k[len(hp):])),
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The inline event first, then the keys in version order: put it in
+	// its place.
+	for i := 1; i < len(all) && all[i].version < all[i-1].version; i++ {
+		all[i], all[i-1] = all[i-1], all[i]
+	}
+	// Entries at or below the current version can only be leftovers (a
+	// deletion lost to changelog compaction while this instance was away);
+	// they must never move the guard back.
+	live := all[:0]
+	for _, h := range all {
+		if h.version <= st.version {
+			removeHeld(kv, st, h)
+			continue
+		}
+		live = append(live, h)
+	}
+	st.heldCount = int64(len(live))
+	return live, nil
+}
+
+// deadLetterHeld removes every held event, reporting each as Dropped (the
+// caller dead-letters it with reason gap-timeout), or as a Failure when its
+// stored wrapper cannot be decoded.
+func (g *Guard) deadLetterHeld(kv KV, st *aggState, all []heldEntry, step *Step) {
+	for _, h := range all {
+		removeHeld(kv, st, h)
+		if _, src, err := DecodeHeld(h.val); err == nil {
+			step.Dropped = append(step.Dropped, Source{Offset: src.Offset,
+				Key: append([]byte(nil), src.Key...), Value: append([]byte(nil), src.Value...)})
+		} else {
+			step.Failures = append(step.Failures, Failure{Source: Source{Offset: -1, Value: h.val},
+				Err: fmt.Errorf("projection %s: held event: %w", g.P.Name, err)})
+		}
+	}
+	st.heldCount = 0
+}
+
+// skipGap jumps the gap to the lowest held version, applies it and drains
+// the held versions that follow, up to stop (see ExpireBefore). all is
+// liveHeld's list.
+func (g *Guard) skipGap(kv KV, hp []byte, st *aggState, all []heldEntry, step *Step, now time.Time, stop int64) error {
+	if len(all) == 0 {
+		return nil
+	}
+	h := all[0]
+	removeHeld(kv, st, h)
+	st.heldCount--
+	st.version = h.version - 1 // jump the gap
+	if h.version != stop && g.applyHeld(st, h.val, step) {
+		if err := g.drainBefore(kv, hp, st, step, now, stop); err != nil {
+			return err
+		}
+	}
+	if stop != 0 && st.version+1 == stop && stop != h.version {
+		// The event at stop is not applied: the skip ends in front of it,
+		// and it leaves the held events (as h, if it is h, did above).
+		return removeHeldVersion(kv, hp, st, stop)
+	}
+	return nil
+}
+
+// removeHeldVersion removes the held event of version v, inline or under its
+// own key, if it is held.
+func removeHeldVersion(kv KV, hp []byte, st *aggState, v int64) error {
+	if st.inlineV == v {
+		st.takeInline()
+		st.heldCount--
+		return nil
+	}
+	hk := heldKey(hp, v)
+	_, ok, err := kv.Get(hk)
+	if err != nil || !ok {
+		return err
+	}
+	kv.Delete(hk)
+	st.heldCount--
+	return nil
 }
