@@ -18,26 +18,28 @@ const (
 	DeadLetter
 )
 
-// ParsePolicy parses gaps.onTimeout.
+// policyNames spell each Policy as gaps.onTimeout does; parsing and
+// printing share them.
+var policyNames = [...]string{Wait: "wait", Skip: "skip", DeadLetter: "deadletter"}
+
+// ParsePolicy parses gaps.onTimeout ("" is wait).
 func ParsePolicy(s string) (Policy, error) {
-	switch s {
-	case "wait", "":
+	if s == "" {
 		return Wait, nil
-	case "skip":
-		return Skip, nil
-	case "deadletter":
-		return DeadLetter, nil
+	}
+	for p, name := range policyNames {
+		if s == name {
+			return Policy(p), nil
+		}
 	}
 	return Wait, fmt.Errorf("projection: unknown gap policy %q (want wait, skip or deadletter)", s)
 }
 
-// String is the policy as gaps.onTimeout spells it.
+// String is the policy as gaps.onTimeout spells it ("wait" for a value
+// that is not a Policy).
 func (p Policy) String() string {
-	switch p {
-	case Skip:
-		return "skip"
-	case DeadLetter:
-		return "deadletter"
+	if int(p) < len(policyNames) {
+		return policyNames[p]
 	}
 	return "wait"
 }
