@@ -178,10 +178,6 @@ type Loop struct {
 	writers  sync.WaitGroup
 }
 
-// maxProduceAborts is how many transactions in a row may abort on produce
-// errors before Run gives up with the error.
-const maxProduceAborts = 5
-
 // New returns a loop; call Run once.
 func New(cfg Config, h Handler) *Loop {
 	if cfg.Logger == nil {

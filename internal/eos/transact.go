@@ -153,6 +153,10 @@ func (p *txnProducer) failure() error {
 	return p.err
 }
 
+// maxProduceAborts is how many transactions in a row may abort on produce
+// errors before Run gives up with the error.
+const maxProduceAborts = 5
+
 // produceFailed ends a transaction some of whose records the broker refused.
 // A fatal error (fencing, authorization) stops the loop; any other aborts the
 // transaction, whose records are then processed again – but a record the
