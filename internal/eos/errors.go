@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // ErrFenced reports that another instance with the same transactional id took
@@ -47,4 +48,24 @@ func fatalError(what string, err error) error {
 		return fmt.Errorf("%w: %v", ErrFenced, err)
 	}
 	return fmt.Errorf("eos: %s: %w", what, err)
+}
+
+// fetchError logs the poll's fetch errors (the end of the poll's own wait
+// aside) and returns the last fatal one, wrapped; the others are only
+// logged.
+func (l *Loop) fetchError(fetches kgo.Fetches) error {
+	var fatal error
+	fetches.EachError(func(t string, part int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		l.cfg.Logger.Warn("fetch error", "topic", t, "partition", part, "err", err)
+		if isFatal(err) {
+			fatal = err
+		}
+	})
+	if fatal != nil {
+		return fatalError("fetch", fatal)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package eos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -329,24 +328,4 @@ func (l *Loop) poll(ctx context.Context, sess *kgo.GroupTransactSession) kgo.Fet
 	fetches := sess.PollRecords(pollCtx, l.cfg.MaxRecordsPerTxn)
 	cancel()
 	return fetches
-}
-
-// fetchError logs the poll's fetch errors (the end of the poll's own wait
-// aside) and returns the last fatal one, wrapped: the client retries the
-// others by itself.
-func (l *Loop) fetchError(fetches kgo.Fetches) error {
-	var fatal error
-	fetches.EachError(func(t string, part int32, err error) {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return
-		}
-		l.cfg.Logger.Warn("fetch error", "topic", t, "partition", part, "err", err)
-		if isFatal(err) {
-			fatal = err
-		}
-	})
-	if fatal != nil {
-		return fatalError("fetch", fatal)
-	}
-	return nil
 }

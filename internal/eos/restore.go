@@ -285,7 +285,7 @@ func (r *restorer) readChangelog(ctx context.Context, id state.Task, topic strin
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		if err := fetchErr(fs); err != nil {
+		if err := restorePollError(fs); err != nil {
 			return c.n, fmt.Errorf("eos: restore %s: %w", id, brokerErr(err))
 		}
 		got, err := c.take(fs)
@@ -310,9 +310,9 @@ func (r *restorer) readChangelog(ctx context.Context, id state.Task, topic strin
 	return c.n, nil
 }
 
-// fetchErr is the last error of a restore poll other than the end of its
-// own wait.
-func fetchErr(fs kgo.Fetches) error {
+// restorePollError is the last error of a restore poll other than the end of
+// its own wait.
+func restorePollError(fs kgo.Fetches) error {
 	var ferr error
 	fs.EachError(func(_ string, _ int32, err error) {
 		if !errors.Is(err, context.DeadlineExceeded) {
