@@ -86,6 +86,9 @@ func (l *Loop) resetSession() {
 	l.needReset = false
 }
 
+// onAssigned is kgo's assignment callback: it only records the newly
+// assigned tasks (pending), which the loop restores between transactions
+// (syncAssignment).
 func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -101,6 +104,9 @@ func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 	}
 }
 
+// onRevoked is kgo's revoke callback: it records the revoked tasks, which
+// the loop drops between transactions (syncAssignment); their fetched
+// offsets no longer verify them.
 func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -97,6 +97,7 @@ func (b *Batch) OnAbort(fn func()) { b.onAbort = append(b.onAbort, fn) }
 // all is the top batch and every task batch, top last.
 func (tx *txnBatches) all() []*Batch { return append(slices.Clone(tx.children), tx.top) }
 
+// aborted runs the abort hooks, once.
 func (tx *txnBatches) aborted() {
 	for _, b := range tx.all() {
 		for _, fn := range b.onAbort {

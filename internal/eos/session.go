@@ -80,6 +80,9 @@ func (l *Loop) leaveStatic(member string) {
 	l.cfg.Logger.Info("left the consumer group", "group", l.cfg.Group, "instanceId", l.cfg.InstanceID)
 }
 
+// sessionOpts are the transact session's client options: the transactional
+// producer and the consumer group with the loop's callbacks, read_committed,
+// the partitioner, then Config.ClientOpts last so that they can override.
 func (l *Loop) sessionOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(l.cfg.Brokers...),
@@ -116,6 +119,8 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 	return append(opts, l.cfg.ClientOpts...)
 }
 
+// changelogTopics are the changelog topics of the inputs, whose records the
+// partitioner places by hand.
 func (l *Loop) changelogTopics() []string {
 	var ts []string
 	for _, in := range l.cfg.Inputs {

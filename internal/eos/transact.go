@@ -227,6 +227,8 @@ func newOffsetTracker(inputs []string, changelogOf func(string) string) *offsetT
 	return o
 }
 
+// observe notes a produced record's offset if it is a changelog record (the
+// client's callbacks may run concurrently).
 func (o *offsetTracker) observe(r *kgo.Record) {
 	in, ok := o.inputOf[r.Topic]
 	if !ok {
