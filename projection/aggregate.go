@@ -66,6 +66,8 @@ func (s *aggState) appendHeader(b []byte) []byte {
 
 var errCorrupt = errors.New("projection: corrupt aggregate record")
 
+// decodeAgg decodes a stored aggregate record (either format). The inline
+// event and the document alias b.
 func decodeAgg(b []byte) (aggState, error) {
 	var s aggState
 	if len(b) < 1 || (b[0] != aggFormat && b[0] != aggFormatInline) {
@@ -122,6 +124,8 @@ func AggregateKey(taskPrefix []byte, projection, aggregate string) []byte {
 	return appendAggregateKey(make([]byte, 0, len(taskPrefix)+len(projection)+len(aggregate)+4), taskPrefix, projection, aggregate)
 }
 
+// appendAggregateKey appends AggregateKey to k (Offer builds it in its
+// scratch space, without an allocation of its own).
 func appendAggregateKey(k, taskPrefix []byte, projection, aggregate string) []byte {
 	k = append(k, taskPrefix...)
 	k = append(k, KindAggregate)

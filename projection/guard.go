@@ -103,6 +103,7 @@ const DefaultInlineHeld = 4 << 10
 // that takes an inline held event: a large state is rewritten with it.
 const maxInlineRecord = 64 << 10
 
+// inlineLimit is InlineHeldBytes with its default applied.
 func (g *Guard) inlineLimit() int {
 	if g.InlineHeldBytes == 0 {
 		return DefaultInlineHeld
@@ -110,6 +111,8 @@ func (g *Guard) inlineLimit() int {
 	return g.InlineHeldBytes
 }
 
+// load reads and decodes the aggregate record under key; a missing record
+// is the zero state (version 0, nothing held).
 func (g *Guard) load(kv KV, key []byte) (aggState, error) {
 	v, ok, err := kv.Get(key)
 	if err != nil || !ok {

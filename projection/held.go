@@ -16,10 +16,14 @@ func HeldPrefix(taskPrefix []byte, projection, aggregate string) []byte {
 	return append(k, aggregate...)
 }
 
+// heldKey is the key of the held event of version under prefix (HeldPrefix):
+// big-endian, so that a scan returns the held events in version order.
 func heldKey(prefix []byte, version int64) []byte {
 	return binary.BigEndian.AppendUint64(append(make([]byte, 0, len(prefix)+8), prefix...), uint64(version))
 }
 
+// encodeHeld is the stored wrapper of a held event: when it was held, its
+// offset, key (length -1: nil) and value; DecodeHeld reads it.
 func encodeHeld(at time.Time, src Source) []byte {
 	b := make([]byte, 0, 24+len(src.Key)+len(src.Value))
 	b = binary.AppendVarint(b, at.UnixMilli())

@@ -32,6 +32,7 @@ func (g *Guard) OfferHoldingBack(kv KV, taskPrefix []byte, ev *Event, src Source
 	return g.offer(kv, taskPrefix, ev, src, now, false)
 }
 
+// offer is Offer, draining the held events ev lets through only with drain.
 func (g *Guard) offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time, drain bool) (Step, error) {
 	sc := new(offerScratch)
 	key := appendAggregateKey(sc.key[:0], taskPrefix, g.P.Name, ev.AggregateID)
