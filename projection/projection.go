@@ -24,6 +24,8 @@
 package projection
 
 import (
+	"slices"
+
 	"github.com/projector-dev/projector/internal/envelope"
 )
 
@@ -81,13 +83,5 @@ type Projection struct {
 
 // Accepts reports whether events of the aggregate type feed this projection.
 func (p *Projection) Accepts(aggregateType string) bool {
-	if len(p.AggregateTypes) == 0 {
-		return true
-	}
-	for _, t := range p.AggregateTypes {
-		if t == aggregateType {
-			return true
-		}
-	}
-	return false
+	return len(p.AggregateTypes) == 0 || slices.Contains(p.AggregateTypes, aggregateType)
 }

@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -17,196 +14,12 @@ import (
 	"github.com/projector-dev/projector/internal/state"
 )
 
-// syncAssignment applies the assignment changes recorded by the group
-// callbacks: revoked tasks are dropped, newly assigned ones restored.
-func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
-	l.mu.Lock()
-	revoked, pending := l.revoked, l.pending
-	l.revoked, l.pending = make(map[state.Task]bool), make(map[state.Task]bool)
-	l.mu.Unlock()
-	if len(revoked) > 0 || len(pending) > 0 {
-		// Hooks of a committed transaction touch task state: run them
-		// before tasks go or come.
-		if err := l.settle(); err != nil {
-			return err
-		}
-	}
-	for id := range revoked {
-		if t := l.tasks[id]; t != nil {
-			delete(l.tasks, id)
-			l.h.Revoked(t)
-		}
-		l.stats.setAssigned(id, false)
-	}
-	if len(revoked) > 0 {
-		l.needReset = true
-	}
-	if len(pending) == 0 {
-		return nil
-	}
-	var ts []*Task
-	for id := range pending {
-		t := &Task{ID: id, Prefix: id.Prefix(), since: time.Now()}
-		if old := l.tasks[id]; old != nil {
-			l.h.Revoked(old)
-		}
-		l.tasks[id] = t
-		l.stats.setAssigned(id, true)
-		ts = append(ts, t)
-	}
-	l.publishReadiness()
-	return r.restore(ctx, ts, false)
-}
-
-// verify restores, once per assignment, every task whose records arrived or
-// whose committed offsets the group has fetched (onOffsetsFetched): by then
-// a previous owner's transaction has resolved and the changelog's last
-// stable offset includes it. A task that has neither (kgo did not report
-// the fetch) is verified after the longest a transaction can stay open.
-func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
-	var ts []*Task
-	seen := make(map[state.Task]bool)
-	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
-		if t := l.tasks[id]; t != nil && !t.verified && len(fp.Records) > 0 && !seen[id] {
-			seen[id] = true
-			ts = append(ts, t)
-		}
-	})
-	l.mu.Lock()
-	for id, t := range l.tasks {
-		if t.verified || seen[id] {
-			continue
-		}
-		if l.fetched[id] || time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
-			ts = append(ts, t)
-		}
-	}
-	l.mu.Unlock()
-	if len(ts) > 0 {
-		if err := r.restore(ctx, ts, true); err != nil {
-			return err
-		}
-	}
-	l.publishReadiness()
-	return nil
-}
-
-// publishReadiness tells Stats whether the loop is ready
-// (docs/contract.md#health-and-readiness: joined the group and every assigned
-// partition restored, also with none assigned) and, if not, why.
-func (l *Loop) publishReadiness() {
-	l.mu.Lock()
-	joined := l.joined
-	l.mu.Unlock()
-	missing := l.stats.MissingInputs()
-	var restoring []string
-	for id, t := range l.tasks {
-		if !t.verified {
-			restoring = append(restoring, id.String())
-		}
-	}
-	switch {
-	case len(missing) > 0:
-		l.stats.setReadiness(false, fmt.Sprintf("input topic %s does not exist (create it; the worker waits for it)", strings.Join(missing, ", ")))
-	case !joined:
-		l.stats.setReadiness(false, "joining consumer group "+l.cfg.Group)
-	case len(restoring) > 0:
-		slices.Sort(restoring)
-		l.stats.setReadiness(false, fmt.Sprintf("group %s: restoring %d of %d partitions (%s)", l.cfg.Group, len(restoring), len(l.tasks), strings.Join(restoring, ", ")))
-	default:
-		l.stats.setReadiness(true, "")
-	}
-}
-
 // restorer reads changelog partitions into Pebble.
 type restorer struct {
 	l  *Loop
 	cl *kgo.Client
 	// retentions caches each changelog topic's delete.retention.ms.
 	retentions map[string]retention
-}
-
-// retention is a changelog topic's delete.retention.ms, as read at a time.
-type retention struct {
-	d    time.Duration
-	read time.Time
-}
-
-// Tombstone retention (docs/decisions/007).
-const (
-	// defaultDeleteRetention is Kafka's default delete.retention.ms, assumed
-	// when the broker does not say (or may not be asked).
-	defaultDeleteRetention = 24 * time.Hour
-	// retentionTTL is how long a topic's delete.retention.ms read is used
-	// before it is read again (an operator may change it).
-	retentionTTL = 10 * time.Minute
-	// matchRefresh: a task whose store is found to match the changelog on
-	// (re)assignment, with nothing to read, gets its match time refreshed
-	// when the recorded one is older than this (one small synced write).
-	matchRefresh = time.Minute
-)
-
-// deleteRetention returns how long the changelog topic keeps a tombstone
-// after compaction reaches it: its delete.retention.ms.
-func (r *restorer) deleteRetention(ctx context.Context, topic string) (time.Duration, error) {
-	if c, ok := r.retentions[topic]; ok && time.Since(c.read) < retentionTTL {
-		return c.d, nil
-	}
-	rcs, err := kadm.NewClient(r.cl).DescribeTopicConfigs(ctx, topic)
-	var rc kadm.ResourceConfig
-	if err == nil {
-		rc, err = rcs.On(topic, nil)
-	}
-	if err == nil {
-		err = rc.Err
-	}
-	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
-		// May not describe the topic: assume Kafka's default, once per TTL.
-		r.l.cfg.Logger.Warn("cannot read the changelog's delete.retention.ms; assuming Kafka's default", "topic", topic, "default", defaultDeleteRetention, "err", err)
-		err = nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("eos: restore: describe configs of %s: %w", topic, brokerErr(err))
-	}
-	d := defaultDeleteRetention
-	for _, c := range rc.Configs {
-		if c.Key != "delete.retention.ms" || c.Value == nil {
-			continue
-		}
-		ms, err := strconv.ParseInt(*c.Value, 10, 64)
-		if err != nil || ms < 0 {
-			return 0, fmt.Errorf("eos: restore: %s: delete.retention.ms %q is not a duration in ms", topic, *c.Value)
-		}
-		d = time.Duration(ms) * time.Millisecond
-	}
-	if r.retentions == nil {
-		r.retentions = make(map[string]retention)
-	}
-	r.retentions[topic] = retention{d: d, read: time.Now()}
-	return d, nil
-}
-
-// staleStore reports why a task's store, which last matched the changelog at
-// matched (zero: unknown) and must read records after it, cannot resume from
-// its offset: the changelog may have dropped, by compaction, a tombstone
-// written after the match ("" when it may resume). A tombstone stays at
-// least delete.retention.ms after it was written; the last tenth of that
-// absorbs clock skew and the time between a write and its stamp.
-func (r *restorer) staleStore(ctx context.Context, topic string, matched time.Time) (string, error) {
-	ret, err := r.deleteRetention(ctx, topic)
-	if err != nil {
-		return "", err
-	}
-	if matched.IsZero() {
-		return "the store does not record when it last matched the changelog (written by an older version)", nil
-	}
-	age := r.l.cfg.Store.Now().Sub(matched) // the clock that stamped it
-	if age >= ret-ret/10 {
-		return fmt.Sprintf("the store last matched the changelog %s ago; the changelog keeps tombstones for %s (delete.retention.ms)",
-			age.Round(time.Second), ret), nil
-	}
-	return "", nil
 }
 
 const restoreChunk = 10000
@@ -265,6 +78,7 @@ const (
 type transientError struct{ err error }
 
 func (e *transientError) Error() string { return e.err.Error() }
+
 func (e *transientError) Unwrap() error { return e.err }
 
 // brokerErr marks a Kafka error met during a restore as transient, unless it
@@ -361,56 +175,28 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 // one record's expansion (a dedup segment: 2048 entries and its marker).
 const restoreBatch = 100000
 
-// write applies a chunk of restored writes (from recs changelog records)
-// with the offset after them, and empties the chunk.
-func (r *restorer) write(id state.Task, chunk *[]state.Record, recs *int, next int64) error {
-	if err := r.l.cfg.Store.Restore(id, *chunk, next); err != nil {
-		return err
-	}
-	r.l.stats.addRestored(*recs)
-	*chunk, *recs = (*chunk)[:0], 0
-	return nil
-}
-
+// restoreTask brings task id's store up to offset end of its changelog
+// partition in topic (hwm: the partition's high watermark). It returns how
+// many changelog records it wrote into the store, a reset of local state
+// counting as one: 0 means the store did not change.
 func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end, hwm int64) (int, error) {
-	p := r.l
-	st := p.cfg.Store
+	st := r.l.cfg.Store
 	from, matched, stored, err := st.ChangelogPosition(id)
 	if err != nil {
 		return 0, err
 	}
+	pos := storedPosition{from: from, matched: matched, stored: stored}
+	discard, err := r.mustDiscard(ctx, id, topic, pos, end, hwm)
+	if err != nil {
+		return 0, err
+	}
 	reset := 0
-	if from > hwm {
-		// Our cache reflects offsets the changelog does not have: it was
-		// deleted and recreated. The changelog is the truth, so drop the
-		// task's local state (atomically with its offset) and start over.
-		// (A stored offset above the last stable offset but within the high
-		// watermark is normal: another producer's open transaction holds the
-		// last stable offset back.)
-		p.cfg.Logger.Warn("local state is ahead of the changelog; discarding it", "task", id.String(), "stored", from, "changelogEnd", hwm)
+	if discard {
 		if err := st.Reset(id); err != nil {
 			return 0, err
 		}
 		from = 0
 		reset = 1 // the store changed even if nothing is read back
-	} else if stored && from < end {
-		// A store that must catch up may only resume from its offset if
-		// every tombstone written since is still in the changelog
-		// (docs/decisions/007); otherwise it may keep keys the changelog
-		// deleted, such as a held event that makes a genuine one look stale.
-		why, err := r.staleStore(ctx, topic, matched)
-		if err != nil {
-			return 0, err
-		}
-		if why != "" {
-			p.cfg.Logger.Warn("local state may miss deletions the changelog compacted away; restoring from scratch",
-				"task", id.String(), "stored", from, "changelogEnd", end, "why", why)
-			if err := st.Reset(id); err != nil {
-				return 0, err
-			}
-			from = 0
-			reset = 1
-		}
 	}
 	if from >= end {
 		if stored && reset == 0 && from == end && st.Now().Sub(matched) > matchRefresh {
@@ -422,63 +208,89 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 		return reset, nil
 	}
 	start := time.Now()
-	n := reset
+	n, err := r.readChangelog(ctx, id, topic, from, end, reset)
+	if err != nil {
+		return n, err
+	}
+	if n > 0 {
+		r.l.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return n, nil
+}
+
+// storedPosition is where a task's store stands against its changelog
+// (state.Store.ChangelogPosition).
+type storedPosition struct {
+	from    int64     // the next changelog offset to restore from
+	matched time.Time // when the store last matched the changelog (zero: unknown)
+	stored  bool      // false: the task was never seen here
+}
+
+// mustDiscard reports whether the task's local state must be dropped and
+// restored from offset 0, and logs why: the store is ahead of the changelog,
+// or it must catch up but may have missed deletions compaction removed.
+func (r *restorer) mustDiscard(ctx context.Context, id state.Task, topic string, pos storedPosition, end, hwm int64) (bool, error) {
+	if pos.from > hwm {
+		// Our cache reflects offsets the changelog does not have: it was
+		// deleted and recreated. The changelog is the truth, so drop the
+		// task's local state (atomically with its offset) and start over.
+		// (A stored offset above the last stable offset but within the high
+		// watermark is normal: another producer's open transaction holds the
+		// last stable offset back.)
+		r.l.cfg.Logger.Warn("local state is ahead of the changelog; discarding it", "task", id.String(), "stored", pos.from, "changelogEnd", hwm)
+		return true, nil
+	}
+	if !pos.stored || pos.from >= end {
+		return false, nil
+	}
+	// A store that must catch up may only resume from its offset if every
+	// tombstone written since is still in the changelog (docs/decisions/007);
+	// otherwise it may keep keys the changelog deleted, such as a held event
+	// that makes a genuine one look stale.
+	why, err := r.staleStore(ctx, topic, pos.matched)
+	if err != nil || why == "" {
+		return false, err
+	}
+	r.l.cfg.Logger.Warn("local state may miss deletions the changelog compacted away; restoring from scratch",
+		"task", id.String(), "stored", pos.from, "changelogEnd", end, "why", why)
+	return true, nil
+}
+
+// changelogRead is one task's read of its changelog partition into Pebble,
+// in chunks of at most restoreBatch writes, each written with the offset
+// after it.
+type changelogRead struct {
+	r     *restorer
+	id    state.Task
+	topic string
+	now   time.Time // the restore's time, for Config.Restore
+	next  int64     // the offset after the last record read
+	chunk []state.Record
+	recs  int // changelog records behind chunk
+	n     int // changelog records restored (and the reset, if any)
+}
+
+// readChangelog reads task id's changelog partition in topic from offset
+// from up to end into the store. It returns the restored count, starting at
+// n (a reset), or 0 with an error that may have left a chunk unwritten.
+func (r *restorer) readChangelog(ctx context.Context, id state.Task, topic string, from, end int64, n int) (int, error) {
 	r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
 	defer r.cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
-	next := from
-	var chunk []state.Record
-	recs := 0 // changelog records behind chunk
-	emit := func(k, v []byte) { chunk = append(chunk, state.Record{Key: k, Value: v}) }
-	now := p.cfg.Now()
+	c := &changelogRead{r: r, id: id, topic: topic, next: from, n: n, now: r.l.cfg.Now()}
 	lastProgress := time.Now()
-	for next < end {
+	for c.next < end {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := r.cl.PollRecords(pctx, restoreChunk)
 		cancel()
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				ferr = err
-			}
-		})
-		if ferr != nil {
-			return n, fmt.Errorf("eos: restore %s: %w", id, brokerErr(ferr))
+		if err := restorePollError(fs); err != nil {
+			return c.n, fmt.Errorf("eos: restore %s: %w", id, brokerErr(err))
 		}
-		got := 0
-		var werr error
-		fs.EachRecord(func(rec *kgo.Record) {
-			if werr != nil || rec.Topic != topic || rec.Partition != id.Partition || rec.Offset < next {
-				return
-			}
-			got++
-			next = rec.Offset + 1
-			if rec.Attrs.IsControl() {
-				return
-			}
-			had := len(chunk)
-			if p.cfg.Restore != nil {
-				if err := p.cfg.Restore(rec.Key, rec.Value, now, emit); err != nil {
-					werr = fmt.Errorf("eos: restore %s at changelog offset %d: %w", id, rec.Offset, err)
-					return
-				}
-			} else {
-				emit(rec.Key, rec.Value)
-			}
-			if len(chunk) > had {
-				n++
-				recs++
-			}
-			if len(chunk) >= restoreBatch {
-				// Expanded records (dedup segments) can make a poll's
-				// batch large: write what is complete, with its offset.
-				werr = r.write(id, &chunk, &recs, next)
-			}
-		})
-		if werr != nil {
-			return 0, werr
+		got, err := c.take(fs)
+		if err != nil {
+			return 0, err
 		}
 		if got == 0 {
 			// Every transaction ends with a marker the restore client keeps,
@@ -486,17 +298,74 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 			// record to read. Silence means the broker is not serving it:
 			// fail loudly rather than call a partial restore complete.
 			if time.Since(lastProgress) > restoreStall {
-				return n, brokerErr(fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, next, end, restoreStall))
+				return c.n, brokerErr(fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, c.next, end, restoreStall))
 			}
 			continue
 		}
 		lastProgress = time.Now()
-		if err := r.write(id, &chunk, &recs, next); err != nil {
+		if err := c.write(); err != nil {
 			return 0, err
 		}
 	}
-	if n > 0 {
-		p.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
+	return c.n, nil
+}
+
+// restorePollError is the last error of a restore poll other than the end of
+// its own wait.
+func restorePollError(fs kgo.Fetches) error {
+	var ferr error
+	fs.EachError(func(_ string, _ int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			ferr = err
+		}
+	})
+	return ferr
+}
+
+// take adds the polled records of the task's changelog partition from
+// c.next on to the chunk, through Config.Restore, writing the chunk whenever
+// it is full. got counts the records read, control records included.
+func (c *changelogRead) take(fs kgo.Fetches) (got int, err error) {
+	restore := c.r.l.cfg.Restore
+	emit := func(k, v []byte) { c.chunk = append(c.chunk, state.Record{Key: k, Value: v}) }
+	fs.EachRecord(func(rec *kgo.Record) {
+		if err != nil || rec.Topic != c.topic || rec.Partition != c.id.Partition || rec.Offset < c.next {
+			return
+		}
+		got++
+		c.next = rec.Offset + 1
+		if rec.Attrs.IsControl() {
+			return
+		}
+		had := len(c.chunk)
+		if restore != nil {
+			if rerr := restore(rec.Key, rec.Value, c.now, emit); rerr != nil {
+				err = fmt.Errorf("eos: restore %s at changelog offset %d: %w", c.id, rec.Offset, rerr)
+				return
+			}
+		} else {
+			emit(rec.Key, rec.Value)
+		}
+		if len(c.chunk) > had {
+			c.n++
+			c.recs++
+		}
+		if len(c.chunk) >= restoreBatch {
+			// Expanded records (dedup segments) can make a poll's
+			// batch large: write what is complete, with its offset.
+			err = c.write()
+		}
+	})
+	return got, err
+}
+
+// write applies the chunk of restored writes with the offset after them,
+// and empties it.
+func (c *changelogRead) write() error {
+	if err := c.r.l.cfg.Store.Restore(c.id, c.chunk, c.next); err != nil {
+		return err
 	}
-	return n, nil
+	c.r.l.stats.addRestored(c.recs)
+	c.chunk, c.recs = c.chunk[:0], 0
+	return nil
 }
