@@ -176,13 +176,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return // null leaves the zero value: "use the default"
 	}
 	t := v.Type()
-	switch {
-	case t == durationType || t == byteSizeType:
-		if n.Kind != yaml.ScalarNode {
-			d.fail(path, n, "expected %s, got %s", map[bool]string{true: "a duration such as 5m", false: "a size such as 64MiB"}[t == durationType], describe(n))
-			return
-		}
-		if err := v.Addr().Interface().(interface{ UnmarshalText([]byte) error }).UnmarshalText([]byte(n.Value)); err != nil {
+	if t == durationType || t == byteSizeType {
+		// The units decode themselves, with the same messages as in any
+		// other YAML document.
+		if err := v.Addr().Interface().(yaml.Unmarshaler).UnmarshalYAML(n); err != nil {
 			d.fail(path, n, "%v", err)
 		}
 		return
@@ -232,26 +229,31 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		v.SetString(n.Value)
 	case reflect.Int, reflect.Int64:
 		var x int64
-		tn := d.typed(n)
-		// yaml.v3 would truncate 1.5 into an int: insist on an integer.
-		if tn.Kind != yaml.ScalarNode || tn.ShortTag() != "!!int" || tn.Decode(&x) != nil {
-			d.fail(path, n, "expected an integer, got %s", describe(tn))
-			return
+		if d.decodeTyped(n, path, "!!int", "an integer", &x) {
+			v.SetInt(x)
 		}
-		v.SetInt(x)
 	case reflect.Bool:
 		var x bool
-		tn := d.typed(n)
-		if tn.Kind != yaml.ScalarNode || tn.ShortTag() != "!!bool" || tn.Decode(&x) != nil {
-			d.fail(path, n, "expected true or false, got %s", describe(tn))
-			return
+		if d.decodeTyped(n, path, "!!bool", "true or false", &x) {
+			v.SetBool(x)
 		}
-		v.SetBool(x)
 	case reflect.Interface:
 		d.decodeAny(n, v, path)
 	default:
 		panic("config: no decoder for " + t.String())
 	}
+}
+
+// decodeTyped decodes an integer or boolean scalar into x, insisting on its
+// YAML tag: yaml.v3 would truncate 1.5 into an int. want names the type
+// for the message.
+func (d *decoder) decodeTyped(n *yaml.Node, path, tag, want string, x any) bool {
+	tn := d.typed(n)
+	if tn.Kind != yaml.ScalarNode || tn.ShortTag() != tag || tn.Decode(x) != nil {
+		d.fail(path, n, "expected %s, got %s", want, describe(tn))
+		return false
+	}
+	return true
 }
 
 // decodeAny decodes a free-form value and normalizes it to what
