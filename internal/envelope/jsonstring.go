@@ -164,22 +164,15 @@ func appendCanonicalString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	return append(dst, '"')
 }
 
+// shortEscapes maps the characters RFC 8785 escapes with two characters to
+// the second one; the other control characters take \u00XX.
+var shortEscapes = [...]byte{'"': '"', '\\': '\\', '\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
+
+// appendCanonicalRune appends r as it stands in a canonical string:
+// escaped if RFC 8785 requires, as UTF-8 otherwise.
 func appendCanonicalRune(dst []byte, r rune) []byte {
-	switch r {
-	case '"':
-		return append(dst, '\\', '"')
-	case '\\':
-		return append(dst, '\\', '\\')
-	case '\b':
-		return append(dst, '\\', 'b')
-	case '\f':
-		return append(dst, '\\', 'f')
-	case '\n':
-		return append(dst, '\\', 'n')
-	case '\r':
-		return append(dst, '\\', 'r')
-	case '\t':
-		return append(dst, '\\', 't')
+	if r >= 0 && r < rune(len(shortEscapes)) && shortEscapes[r] != 0 {
+		return append(dst, '\\', shortEscapes[r])
 	}
 	if r < 0x20 {
 		const hex = "0123456789abcdef"
