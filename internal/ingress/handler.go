@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -395,46 +396,62 @@ func (req *request) compare(have []*receipt.Receipt) *failure {
 	return nil
 }
 
-// getReceipt answers GET /v1/receipts/{key}: the body a replay gets (200),
-// 202 while some events of the request have no receipt yet, 404 when none
-// has.
-func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) {
-	if ok, why := s.Ready(); !ok {
-		writeProblem(w, http.StatusServiceUnavailable, "", "not ready: %s", why)
-		return
+func receiptPath(key, tenant string) string {
+	p := "/v1/receipts/" + url.PathEscape(key)
+	if tenant != "" {
+		p += "?tenant=" + url.QueryEscape(tenant)
 	}
-	key := r.PathValue("key")
-	if !printable(key) {
-		writeProblem(w, 400, "key", "the key must be 1 to %d printable ASCII characters", MaxKeyLen)
-		return
-	}
-	tenant, has, ok := headerValue(r, HeaderTenant)
-	if !has {
-		tenant = r.URL.Query().Get("tenant")
-	}
-	if !ok || (tenant != "" && !printable(tenant)) {
-		writeProblem(w, 400, HeaderTenant, "%s must be given once, 1 to %d printable ASCII characters", HeaderTenant, MaxKeyLen)
-		return
-	}
-	if tenant == "" && s.cfg.RequireTenant {
-		writeProblem(w, 400, HeaderTenant, "the %s header is required", HeaderTenant)
-		return
-	}
-	first, _ := s.view.get(receipt.Key(tenant, key, 0))
-	if first == nil {
-		writeProblem(w, http.StatusNotFound, "key", "no committed receipt for this key (yet): a request answered 202 is committed shortly, poll again")
-		return
-	}
-	rs := []*receipt.Receipt{first}
-	for i := 1; i < first.Count; i++ {
-		rc, _ := s.view.get(receipt.Key(tenant, key, i))
-		if rc == nil {
-			req := &request{key: key, tenant: tenant}
-			w.Header().Set("Location", receiptPath(key, tenant))
-			writeJSON(w, http.StatusAccepted, req.pending())
-			return
+	return p
+}
+
+// eventBody is one event's committed outcome in a response.
+type eventBody struct {
+	EventID     string            `json:"eventId"`
+	Outcome     string            `json:"outcome"`
+	Projections map[string]string `json:"projections,omitempty"`
+	Reason      string            `json:"reason,omitempty"`
+	Topic       string            `json:"topic"`
+	Partition   int32             `json:"partition"`
+	Offset      int64             `json:"offset"`
+	Fingerprint string            `json:"fingerprint"`
+}
+
+// responseBody is a 200/201 body: one event's fields inline, or events.
+type responseBody struct {
+	IdempotencyKey string `json:"idempotencyKey"`
+	TenantID       string `json:"tenantId,omitempty"`
+	*eventBody
+	Events []eventBody `json:"events,omitempty"`
+}
+
+func bodyOf(rc *receipt.Receipt) eventBody {
+	return eventBody{EventID: rc.EventID, Outcome: rc.Outcome, Projections: rc.Projections, Reason: rc.Reason,
+		Topic: rc.Topic, Partition: rc.Partition, Offset: rc.Offset, Fingerprint: rc.Fingerprint}
+}
+
+// responseFor is the body of the receipts rs of one request: a function of
+// the committed receipts alone, so that every instance, every time, gives
+// the same bytes.
+func responseFor(key, tenant string, batch bool, rs []*receipt.Receipt) []byte {
+	b := responseBody{IdempotencyKey: key, TenantID: tenant}
+	if batch {
+		for _, rc := range rs {
+			b.Events = append(b.Events, bodyOf(rc))
 		}
-		rs = append(rs, rc)
+	} else {
+		eb := bodyOf(rs[0])
+		b.eventBody = &eb
 	}
-	writeJSON(w, http.StatusOK, responseFor(key, tenant, first.Batch, rs))
+	out, _ := json.Marshal(b) // strings, ints and string maps: cannot fail
+	return append(out, '\n')
+}
+
+func (req *request) body(rs []*receipt.Receipt) []byte {
+	return responseFor(req.key, req.tenant, req.batch, rs)
+}
+
+func (req *request) pending() []byte {
+	out, _ := json.Marshal(map[string]string{"idempotencyKey": req.key, "tenantId": req.tenant, "status": "pending",
+		"location": receiptPath(req.key, req.tenant)})
+	return append(out, '\n')
 }
