@@ -396,6 +396,7 @@ func (req *request) compare(have []*receipt.Receipt) *failure {
 	return nil
 }
 
+// receiptPath is where the receipts of a request are read (GET).
 func receiptPath(key, tenant string) string {
 	p := "/v1/receipts/" + url.PathEscape(key)
 	if tenant != "" {
@@ -424,6 +425,7 @@ type responseBody struct {
 	Events []eventBody `json:"events,omitempty"`
 }
 
+// bodyOf is a receipt as a response shows it.
 func bodyOf(rc *receipt.Receipt) eventBody {
 	return eventBody{EventID: rc.EventID, Outcome: rc.Outcome, Projections: rc.Projections, Reason: rc.Reason,
 		Topic: rc.Topic, Partition: rc.Partition, Offset: rc.Offset, Fingerprint: rc.Fingerprint}
@@ -446,10 +448,12 @@ func responseFor(key, tenant string, batch bool, rs []*receipt.Receipt) []byte {
 	return append(out, '\n')
 }
 
+// body is the 200/201 body of the request's receipts rs.
 func (req *request) body(rs []*receipt.Receipt) []byte {
 	return responseFor(req.key, req.tenant, req.batch, rs)
 }
 
+// pending is the 202 body: where to read the receipts once committed.
 func (req *request) pending() []byte {
 	out, _ := json.Marshal(map[string]string{"idempotencyKey": req.key, "tenantId": req.tenant, "status": "pending",
 		"location": receiptPath(req.key, req.tenant)})
