@@ -169,13 +169,8 @@ func (s *scanner) scanNumber() (plain bool, err *Error) {
 	plain = true
 	if i < len(data) && data[i] == '.' {
 		plain = false
-		i++
-		if i >= len(data) || !isDigit(data[i]) {
-			s.pos = i
-			return false, s.syntaxErr("invalid number: digit expected after '.'")
-		}
-		for i < len(data) && isDigit(data[i]) {
-			i++
+		if i, err = s.requireDigits(i+1, "invalid number: digit expected after '.'"); err != nil {
+			return false, err
 		}
 	}
 	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
@@ -184,16 +179,27 @@ func (s *scanner) scanNumber() (plain bool, err *Error) {
 		if i < len(data) && (data[i] == '+' || data[i] == '-') {
 			i++
 		}
-		if i >= len(data) || !isDigit(data[i]) {
-			s.pos = i
-			return false, s.syntaxErr("invalid number: digit expected in exponent")
-		}
-		for i < len(data) && isDigit(data[i]) {
-			i++
+		if i, err = s.requireDigits(i, "invalid number: digit expected in exponent"); err != nil {
+			return false, err
 		}
 	}
 	s.pos = i
 	return plain, nil
+}
+
+// requireDigits returns the index past the run of digits at i (of a
+// fraction or an exponent), which must not be empty: if it is, it moves s
+// to i and returns the syntax error msg.
+func (s *scanner) requireDigits(i int, msg string) (int, *Error) {
+	data := s.data
+	if i >= len(data) || !isDigit(data[i]) {
+		s.pos = i
+		return i, s.syntaxErr(msg)
+	}
+	for i < len(data) && isDigit(data[i]) {
+		i++
+	}
+	return i, nil
 }
 
 // scanLiteral moves past true, false or null.
