@@ -223,50 +223,75 @@ func (c *canonicalizer) value(out []byte, depth int) ([]byte, *Error) {
 }
 
 func (c *canonicalizer) array(out []byte, depth int) ([]byte, *Error) {
-	empty, err := c.openContainer(']', depth, "payload")
-	if err != nil {
-		return out, err
+	if depth > MaxDepth {
+		return out, depthErr("payload")
 	}
+	c.pos++
 	if c.emit {
 		out = append(out, '[')
 	}
-	for !empty {
+	c.skipWS()
+	if c.peek() == ']' {
+		c.pos++
+		if c.emit {
+			out = append(out, ']')
+		}
+		return out, nil
+	}
+	for {
+		var err *Error
 		if out, err = c.value(out, depth+1); err != nil {
 			return out, err
 		}
-		done, err := c.afterElement(']', errAfterElement)
-		if err != nil {
-			return out, err
-		}
-		if done {
-			break
-		}
-		if c.emit {
-			out = append(out, ',')
+		c.skipWS()
+		switch c.peek() {
+		case ',':
+			c.pos++
+			c.skipWS()
+			if c.emit {
+				out = append(out, ',')
+			}
+		case ']':
+			c.pos++
+			if c.emit {
+				out = append(out, ']')
+			}
+			return out, nil
+		default:
+			return out, c.syntaxErr("expected ',' or ']' after an array element")
 		}
 	}
-	if c.emit {
-		out = append(out, ']')
-	}
-	return out, nil
 }
 
 // object emits the members in input order, recording each one's sort key
 // and place in out; sortObject then checks for duplicate names and, if the
-// names were out of order, re-lays the members sorted.
+// names were out of order, re-lays the members sorted. Like decode's, the
+// member loop scans names and separators inline: it is the hot path (see
+// decode for the figures).
 func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
-	base, namesBase, objStart := len(c.members), len(c.names), len(out)
-	empty, err := c.openContainer('}', depth, "payload")
-	if err != nil {
-		return out, err
+	if depth > MaxDepth {
+		return out, depthErr("payload")
 	}
+	c.pos++
+	base, namesBase, objStart := len(c.members), len(c.names), len(out)
 	if c.emit {
 		out = append(out, '{')
 	}
+	c.skipWS()
+	if c.peek() == '}' {
+		c.pos++
+		if c.emit {
+			out = append(out, '}')
+		}
+		return out, nil
+	}
 	sorted := true
 	var prev []byte // previous member's name
-	for !empty {
-		start, end, escaped, err := c.memberName()
+	for {
+		if c.peek() != '"' {
+			return out, c.syntaxErr("expected a member name")
+		}
+		start, end, escaped, err := c.scanString()
 		if err != nil {
 			return out, err
 		}
@@ -283,6 +308,12 @@ func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
 			// the old array, whose bytes for this name do not change.
 			name = c.names[m.nameStart:m.nameEnd]
 		}
+		c.skipWS()
+		if c.peek() != ':' {
+			return out, c.syntaxErr("expected ':' after a member name")
+		}
+		c.pos++
+		c.skipWS()
 
 		mStart := len(out)
 		if c.emit {
@@ -300,7 +331,7 @@ func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
 		if out, err = c.value(out, depth+1); err != nil {
 			return out, err
 		}
-		// Equal names also clear sorted, so the duplicate check runs.
+		// Equal names also clear sorted, so the duplicate check below runs.
 		if len(c.members) > base && compareUTF16(prev, name) >= 0 {
 			sorted = false
 		}
@@ -308,14 +339,18 @@ func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
 		m.start, m.end = mStart, len(out)
 		c.members = append(c.members, m)
 
-		done, err := c.afterElement('}', errAfterMember)
-		if err != nil {
-			return out, err
-		}
-		if done {
+		c.skipWS()
+		if ch := c.peek(); ch == ',' {
+			c.pos++
+			c.skipWS()
+			continue
+		} else if ch == '}' {
+			c.pos++
 			break
 		}
+		return out, c.syntaxErr("expected ',' or '}' after an object member")
 	}
+
 	if !sorted {
 		out = c.sortObject(out, c.members[base:], objStart)
 	}

@@ -212,6 +212,15 @@ type stringSpans [nStringFields]struct{ off, end int }
 // reported only once the whole value has scanned as well-formed JSON, so a
 // syntax error anywhere wins; the first field-level problem wins over later
 // ones.
+//
+// This is the hot path. The member loop scans names and separators inline
+// rather than through the scanner's memberName and afterElement (which
+// skipValue uses): those calls, made per member here and in the
+// canonicalizer's object, cost 9.5% more instructions per BenchmarkDecode
+// (callgrind: 9,255 → 10,136 per op). As it stands, with the string and
+// version members decoded by helpers, it is 9,553 (+3.2%), and the
+// wall-clock medians do not tell it apart (Decode 672 vs 676 ns/op, 12
+// interleaved runs on a shared 2-core machine).
 func decode(data []byte, maxBytes int, ev *Event) *Error {
 	*ev = Event{}
 	s, err := openEnvelope(data, maxBytes)
@@ -229,54 +238,69 @@ func decode(data []byte, maxBytes int, ev *Event) *Error {
 		version int64
 		payload []byte
 	)
-	empty := false
+	fail := func(f field, msg string) {
+		if first == nil && msg != "" {
+			first = &Error{fieldNames[f], msg}
+		}
+	}
+
 	s.skipWS()
 	if s.peek() == '}' {
 		s.pos++
-		empty = true
-	}
-	for !empty {
-		nStart, nEnd, nEsc, err := s.memberName()
-		if err != nil {
-			return err
-		}
-		f := lookupField(data[nStart:nEnd], nEsc)
-		if f != fUnknown {
-			if seen&(1<<f) != 0 && first == nil {
-				first = &Error{fieldNames[f], "duplicate field"}
+	} else {
+		for {
+			if s.peek() != '"' {
+				return s.syntaxErr("expected a member name")
 			}
-			seen |= 1 << f
-		}
-
-		var msg string // a field-level problem with this member
-		switch {
-		case f == fUnknown:
-			err = s.skipValue(2, "value")
-		case f < nStringFields:
-			strs, msg, err = decodeString(&s, f, strs, &spans)
-		case f == fAggregateVersion:
-			msg, err = decodeVersion(&s, &version)
-		default: // fPayload
-			start := s.pos
-			var sem *Error
-			if sem, err = validatePayload(&s); sem != nil && first == nil {
-				first = sem
+			nStart, nEnd, nEsc, err := s.scanString()
+			if err != nil {
+				return err
 			}
-			payload = data[start:s.pos]
-		}
-		if err != nil {
-			return err
-		}
-		if msg != "" && first == nil {
-			first = &Error{fieldNames[f], msg}
-		}
+			f := lookupField(data[nStart:nEnd], nEsc)
+			s.skipWS()
+			if s.peek() != ':' {
+				return s.syntaxErr("expected ':' after a member name")
+			}
+			s.pos++
+			s.skipWS()
+			if f != fUnknown {
+				if seen&(1<<f) != 0 {
+					fail(f, "duplicate field")
+				}
+				seen |= 1 << f
+			}
 
-		done, err := s.afterElement('}', errAfterMember)
-		if err != nil {
-			return err
-		}
-		if done {
-			break
+			var msg string // a field-level problem with this member
+			switch {
+			case f == fUnknown:
+				err = s.skipValue(2, "value")
+			case f < nStringFields:
+				strs, msg, err = decodeString(&s, f, strs, &spans)
+			case f == fAggregateVersion:
+				msg, err = decodeVersion(&s, &version)
+			default: // fPayload
+				start := s.pos
+				var sem *Error
+				if sem, err = validatePayload(&s); sem != nil && first == nil {
+					first = sem
+				}
+				payload = data[start:s.pos]
+			}
+			if err != nil {
+				return err
+			}
+			fail(f, msg)
+
+			s.skipWS()
+			if c := s.peek(); c == ',' {
+				s.pos++
+				s.skipWS()
+				continue
+			} else if c == '}' {
+				s.pos++
+				break
+			}
+			return s.syntaxErr("expected ',' or '}' after an object member")
 		}
 	}
 	if err := s.expectEnd(); err != nil {
