@@ -222,24 +222,26 @@ func (c *canonicalizer) value(out []byte, depth int) ([]byte, *Error) {
 	}
 }
 
+// open starts the container under c.pos: the depth check, its opening byte
+// and, when it is empty (reported), its closer too.
+func (c *canonicalizer) open(out []byte, closer byte, depth int) (_ []byte, empty bool, err *Error) {
+	opener := c.data[c.pos]
+	if empty, err = c.openContainer(closer, depth, "payload"); err != nil || !c.emit {
+		return out, empty, err
+	}
+	out = append(out, opener)
+	if empty {
+		out = append(out, closer)
+	}
+	return out, empty, nil
+}
+
 func (c *canonicalizer) array(out []byte, depth int) ([]byte, *Error) {
-	if depth > MaxDepth {
-		return out, depthErr("payload")
-	}
-	c.pos++
-	if c.emit {
-		out = append(out, '[')
-	}
-	c.skipWS()
-	if c.peek() == ']' {
-		c.pos++
-		if c.emit {
-			out = append(out, ']')
-		}
-		return out, nil
+	out, empty, err := c.open(out, ']', depth)
+	if err != nil || empty {
+		return out, err
 	}
 	for {
-		var err *Error
 		if out, err = c.value(out, depth+1); err != nil {
 			return out, err
 		}
@@ -269,21 +271,10 @@ func (c *canonicalizer) array(out []byte, depth int) ([]byte, *Error) {
 // member loop scans names and separators inline: it is the hot path (see
 // decode for the figures).
 func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
-	if depth > MaxDepth {
-		return out, depthErr("payload")
-	}
-	c.pos++
 	base, namesBase, objStart := len(c.members), len(c.names), len(out)
-	if c.emit {
-		out = append(out, '{')
-	}
-	c.skipWS()
-	if c.peek() == '}' {
-		c.pos++
-		if c.emit {
-			out = append(out, '}')
-		}
-		return out, nil
+	out, empty, err := c.open(out, '}', depth)
+	if err != nil || empty {
+		return out, err
 	}
 	sorted := true
 	var prev []byte // previous member's name
