@@ -219,9 +219,9 @@ type stringSpans [nStringFields]struct{ off, end int }
 // canonicalizer's object, cost 9.5% more instructions per BenchmarkDecode
 // (callgrind: 9,255 → 10,136 per op). As it stands, with the string and
 // version members decoded by helpers, it is 9,612 (+3.9%; Fingerprint and
-// DecodeAndFingerprint together +1.4%), and the wall-clock medians do not
-// tell it apart (Decode 672 vs 676 ns/op, 12 interleaved runs on a shared
-// 2-core machine).
+// DecodeAndFingerprint together +1.4%), which the wall-clock medians do
+// not resolve on a shared 2-core machine (8 interleaved runs: Decode 719 vs
+// 756 ns/op, DecodeAlloc 886 vs 856; the spread between runs is ±20%).
 func decode(data []byte, maxBytes int, ev *Event) *Error {
 	*ev = Event{}
 	s, err := openEnvelope(data, maxBytes)
