@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/projector-dev/projector/internal/envelope"
@@ -189,15 +190,7 @@ func (p *Projection) IsVersioned() bool { return p.Versioned == nil || *p.Versio
 
 // Selects reports whether an event of aggregateType is seen by p.
 func (p *Projection) Selects(aggregateType string) bool {
-	if len(p.AggregateTypes) == 0 {
-		return true
-	}
-	for _, t := range p.AggregateTypes {
-		if t == aggregateType {
-			return true
-		}
-	}
-	return false
+	return len(p.AggregateTypes) == 0 || slices.Contains(p.AggregateTypes, aggregateType)
 }
 
 // SideEffect is one external effect triggered by applied events.

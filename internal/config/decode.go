@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"gopkg.in/yaml.v3"
 )
@@ -176,13 +175,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return // null leaves the zero value: "use the default"
 	}
 	t := v.Type()
-	switch {
-	case t == durationType || t == byteSizeType:
-		if n.Kind != yaml.ScalarNode {
-			d.fail(path, n, "expected %s, got %s", map[bool]string{true: "a duration such as 5m", false: "a size such as 64MiB"}[t == durationType], describe(n))
-			return
-		}
-		if err := v.Addr().Interface().(interface{ UnmarshalText([]byte) error }).UnmarshalText([]byte(n.Value)); err != nil {
+	if t == durationType || t == byteSizeType {
+		// The units decode themselves, with the same messages as in any
+		// other YAML document.
+		if err := v.Addr().Interface().(yaml.Unmarshaler).UnmarshalYAML(n); err != nil {
 			d.fail(path, n, "%v", err)
 		}
 		return
@@ -232,26 +228,31 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		v.SetString(n.Value)
 	case reflect.Int, reflect.Int64:
 		var x int64
-		tn := d.typed(n)
-		// yaml.v3 would truncate 1.5 into an int: insist on an integer.
-		if tn.Kind != yaml.ScalarNode || tn.ShortTag() != "!!int" || tn.Decode(&x) != nil {
-			d.fail(path, n, "expected an integer, got %s", describe(tn))
-			return
+		if d.decodeTyped(n, path, "!!int", "an integer", &x) {
+			v.SetInt(x)
 		}
-		v.SetInt(x)
 	case reflect.Bool:
 		var x bool
-		tn := d.typed(n)
-		if tn.Kind != yaml.ScalarNode || tn.ShortTag() != "!!bool" || tn.Decode(&x) != nil {
-			d.fail(path, n, "expected true or false, got %s", describe(tn))
-			return
+		if d.decodeTyped(n, path, "!!bool", "true or false", &x) {
+			v.SetBool(x)
 		}
-		v.SetBool(x)
 	case reflect.Interface:
 		d.decodeAny(n, v, path)
 	default:
 		panic("config: no decoder for " + t.String())
 	}
+}
+
+// decodeTyped decodes an integer or boolean scalar into x, insisting on its
+// YAML tag: yaml.v3 would truncate 1.5 into an int. want names the type
+// for the message.
+func (d *decoder) decodeTyped(n *yaml.Node, path, tag, want string, x any) bool {
+	tn := d.typed(n)
+	if tn.Kind != yaml.ScalarNode || tn.ShortTag() != tag || tn.Decode(x) != nil {
+		d.fail(path, n, "expected %s, got %s", want, describe(tn))
+		return false
+	}
+	return true
 }
 
 // decodeAny decodes a free-form value and normalizes it to what
@@ -362,69 +363,6 @@ func (d *decoder) decodeBrokers(n *yaml.Node, k *Kafka, path string) {
 	}
 }
 
-type kv struct{ k, v *yaml.Node }
-
-// pairs lists a mapping's entries, with YAML merge keys ("<<: *anchor")
-// resolved: explicit keys win over merged ones, earlier merges over later.
-// Duplicate explicit keys and non-string keys are errors.
-func (d *decoder) pairs(n *yaml.Node, path string) []kv {
-	var explicit, merged []kv
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.Value == "<<" && (k.Tag == "" || k.Tag == "!" || k.Tag == "!!merge") {
-			merged = append(merged, d.mergePairs(v, path)...)
-			continue
-		}
-		if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!null" {
-			d.fail(path, k, "keys must be strings, got %s", describe(k))
-			continue
-		}
-		if line, dup := seen[k.Value]; dup {
-			d.fail(joinPath(path, k.Value), k, "duplicate key (first given at line %d)", line)
-			continue
-		}
-		seen[k.Value] = k.Line
-		explicit = append(explicit, kv{k, v})
-	}
-	var out []kv
-	for _, p := range merged {
-		if _, ok := seen[p.k.Value]; ok {
-			continue
-		}
-		seen[p.k.Value] = p.k.Line
-		out = append(out, p)
-	}
-	return append(out, explicit...)
-}
-
-func (d *decoder) mergePairs(n *yaml.Node, path string) []kv {
-	n, ok := d.resolve(n, path)
-	if !ok {
-		return nil
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		return d.pairs(n, path)
-	case yaml.SequenceNode:
-		var out []kv
-		for _, e := range n.Content {
-			e, ok := d.resolve(e, path)
-			if !ok {
-				continue
-			}
-			if e.Kind != yaml.MappingNode {
-				d.fail(joinPath(path, "<<"), e, "a merge key takes mappings, got %s", describe(e))
-				continue
-			}
-			out = append(out, d.pairs(e, path)...)
-		}
-		return out
-	}
-	d.fail(joinPath(path, "<<"), n, "a merge key takes a mapping or a list of mappings, got %s", describe(n))
-	return nil
-}
-
 // lineOf returns the line of key, or of its nearest ancestor with a line.
 func (d *decoder) lineOf(key string) int {
 	for key != "" {
@@ -438,71 +376,6 @@ func (d *decoder) lineOf(key string) int {
 		key = key[:i]
 	}
 	return 0
-}
-
-type fieldSet struct {
-	index map[string]int
-	names []string
-}
-
-var fieldCache sync.Map // reflect.Type → *fieldSet
-
-func structFields(t reflect.Type) *fieldSet {
-	if f, ok := fieldCache.Load(t); ok {
-		return f.(*fieldSet)
-	}
-	fs := &fieldSet{index: map[string]int{}}
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		fs.index[name] = i
-		fs.names = append(fs.names, name)
-	}
-	fieldCache.Store(t, fs)
-	return fs
-}
-
-// suggest explains an unknown key: a near miss, or the keys allowed there.
-func suggest(t reflect.Type, key string, names []string) string {
-	if t == kafkaType && strings.EqualFold(key, "embedded") {
-		return `for the in-process broker write brokers: embedded`
-	}
-	best, bestDist := "", 3
-	for _, n := range names {
-		dist := editDistance(strings.ToLower(key), strings.ToLower(n))
-		if strings.EqualFold(key, n) {
-			dist = 0
-		}
-		if dist < bestDist {
-			best, bestDist = n, dist
-		}
-	}
-	if best != "" {
-		return fmt.Sprintf("did you mean %q?", best)
-	}
-	return "allowed keys: " + strings.Join(names, ", ")
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func joinPath(path, key string) string {

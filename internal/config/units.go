@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
 	"math"
 	"strconv"
@@ -78,24 +79,14 @@ func (d Duration) String() string { return time.Duration(d).String() }
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := ParseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	*d = v
-	return nil
-}
+func (d *Duration) UnmarshalText(b []byte) error { return parseInto(d, ParseDuration, b) }
 
 // MarshalYAML implements yaml.Marshaler.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("expected a duration such as 5m, got %s", describe(n))
-	}
-	return d.UnmarshalText([]byte(n.Value))
+	return unmarshalScalar(n, "a duration such as 5m", d)
 }
 
 // ByteSize is a size in bytes, written in YAML as an integer number of bytes
@@ -165,22 +156,32 @@ func (b ByteSize) String() string {
 func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
-func (b *ByteSize) UnmarshalText(text []byte) error {
-	v, err := ParseByteSize(string(text))
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
-}
+func (b *ByteSize) UnmarshalText(text []byte) error { return parseInto(b, ParseByteSize, text) }
 
 // MarshalYAML implements yaml.Marshaler.
 func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("expected a size such as 64MiB, got %s", describe(n))
+	return unmarshalScalar(n, "a size such as 64MiB", b)
+}
+
+// parseInto sets *dst to parse(text), leaving it as it was on error: the
+// UnmarshalText of the units.
+func parseInto[T any](dst *T, parse func(string) (T, error), text []byte) error {
+	v, err := parse(string(text))
+	if err != nil {
+		return err
 	}
-	return b.UnmarshalText([]byte(n.Value))
+	*dst = v
+	return nil
+}
+
+// unmarshalScalar is the UnmarshalYAML of the units: a scalar holding their
+// text form. want names the form for the message.
+func unmarshalScalar(n *yaml.Node, want string, u encoding.TextUnmarshaler) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("expected %s, got %s", want, describe(n))
+	}
+	return u.UnmarshalText([]byte(n.Value))
 }

@@ -124,7 +124,35 @@ func (c *Config) Validate() error {
 	return l.err()
 }
 
+// validateKafka checks the kafka section, and the projections' output
+// topics against the other topics.
 func (c *Config) validateKafka(l *errorList) {
+	k := &c.Kafka
+	c.validateBrokers(l)
+	switch {
+	case k.InstanceID == "":
+		l.add("kafka.instanceId", "required (the host name could not be determined)")
+	case len(k.InstanceID) > maxNameLen || !nameRE.MatchString(k.InstanceID):
+		l.add("kafka.instanceId", "must be 1 to %d characters of A-Z a-z 0-9 . _ -, got %q", maxNameLen, k.InstanceID)
+	}
+	c.validateTopics(l)
+
+	if k.TransactionTimeout <= 0 || k.TransactionTimeout >= Duration(15*time.Minute) {
+		l.add("kafka.transactionTimeout", "must be more than 0 and less than 15m, got %s", k.TransactionTimeout)
+	}
+	if k.MaxRecordBytes < 1<<10 || k.MaxRecordBytes > 64<<20 {
+		l.add("kafka.maxRecordBytes", "must be between 1KiB and 64MiB, got %s", k.MaxRecordBytes)
+	}
+	if k.MaxRecordsPerTransaction < 1 || k.MaxRecordsPerTransaction > 1_000_000 {
+		l.add("kafka.maxRecordsPerTransaction", "must be between 1 and 1000000, got %d", k.MaxRecordsPerTransaction)
+	}
+	positive(l, "kafka.sessionTimeout", k.SessionTimeout)
+	k.validateSecurity(l)
+}
+
+// validateBrokers checks the broker list, or the embedded broker that
+// stands in for it.
+func (c *Config) validateBrokers(l *errorList) {
 	k := &c.Kafka
 	switch {
 	case k.Embedded && len(k.Brokers) > 0:
@@ -155,14 +183,13 @@ func (c *Config) validateKafka(l *errorList) {
 	if eb.Partitions < 1 || eb.Partitions > 1024 {
 		l.add("kafka.embeddedBroker.partitions", "must be between 1 and 1024, got %d", eb.Partitions)
 	}
+}
 
-	switch {
-	case k.InstanceID == "":
-		l.add("kafka.instanceId", "required (the host name could not be determined)")
-	case len(k.InstanceID) > maxNameLen || !nameRE.MatchString(k.InstanceID):
-		l.add("kafka.instanceId", "must be 1 to %d characters of A-Z a-z 0-9 . _ -, got %q", maxNameLen, k.InstanceID)
-	}
-
+// validateTopics checks the input topics, then the output topics (dead
+// letters, effects, projections), which must differ from the inputs (a
+// loop) and from each other.
+func (c *Config) validateTopics(l *errorList) {
+	k := &c.Kafka
 	if len(k.Input) == 0 {
 		l.add("kafka.input", "at least one input topic is required")
 	}
@@ -177,7 +204,6 @@ func (c *Config) validateKafka(l *errorList) {
 			}
 		}
 	}
-	// Output topics must differ from inputs (a loop) and from each other.
 	outputs := map[string]string{}
 	output := func(key, topic string) {
 		if topic == "" && c.Name == "" {
@@ -201,18 +227,10 @@ func (c *Config) validateKafka(l *errorList) {
 			output(fmt.Sprintf("projections[%d].topic", i), t)
 		}
 	}
+}
 
-	if k.TransactionTimeout <= 0 || k.TransactionTimeout >= Duration(15*time.Minute) {
-		l.add("kafka.transactionTimeout", "must be more than 0 and less than 15m, got %s", k.TransactionTimeout)
-	}
-	if k.MaxRecordBytes < 1<<10 || k.MaxRecordBytes > 64<<20 {
-		l.add("kafka.maxRecordBytes", "must be between 1KiB and 64MiB, got %s", k.MaxRecordBytes)
-	}
-	if k.MaxRecordsPerTransaction < 1 || k.MaxRecordsPerTransaction > 1_000_000 {
-		l.add("kafka.maxRecordsPerTransaction", "must be between 1 and 1000000, got %d", k.MaxRecordsPerTransaction)
-	}
-	positive(l, "kafka.sessionTimeout", k.SessionTimeout)
-
+// validateSecurity checks that TLS and SASL, when configured, are complete.
+func (k *Kafka) validateSecurity(l *errorList) {
 	if t := k.TLS; t != nil {
 		if t.CertFile != "" && t.KeyFile == "" {
 			l.add("kafka.tls.keyFile", "required with certFile")
@@ -240,27 +258,11 @@ func (c *Config) validateProjections(l *errorList) {
 	for i := range c.Projections {
 		p := &c.Projections[i]
 		key := fmt.Sprintf("projections[%d]", i)
-		if checkName(l, key+".name", p.Name) {
-			if j, dup := names[p.Name]; dup {
-				l.add(key+".name", "duplicate of projections[%d].name %q", j, p.Name)
-			} else {
-				names[p.Name] = i
-			}
-		}
+		checkUniqueName(l, "projections", i, p.Name, names)
 		if p.Topic == "" {
 			l.add(key+".topic", "required")
 		} // otherwise checked with the other topics in validateKafka
-		seen := map[string]bool{}
-		for j, t := range p.AggregateTypes {
-			k := fmt.Sprintf("%s.aggregateTypes[%d]", key, j)
-			switch {
-			case t == "":
-				l.add(k, "must not be empty")
-			case seen[t]:
-				l.add(k, "duplicate %q", t)
-			}
-			seen[t] = true
-		}
+		checkDistinct(l, key+".aggregateTypes", p.AggregateTypes)
 		if len(p.Events) == 0 {
 			l.add(key+".events", "at least one eventType: rule (%s or %s) is required", RuleMerge, RuleDelete)
 		}
@@ -277,32 +279,46 @@ func (c *Config) validateProjections(l *errorList) {
 	}
 }
 
+// checkUniqueName checks the name of entry i of the list at key list (a
+// valid name, not that of an earlier entry) and records it in names.
+func checkUniqueName(l *errorList, list string, i int, name string, names map[string]int) {
+	key := fmt.Sprintf("%s[%d].name", list, i)
+	if !checkName(l, key, name) {
+		return
+	}
+	if j, dup := names[name]; dup {
+		l.add(key, "duplicate of %s[%d].name %q", list, j, name)
+	} else {
+		names[name] = i
+	}
+}
+
+// checkDistinct checks a list of strings (event or aggregate types) at key:
+// none empty, none repeated.
+func checkDistinct(l *errorList, key string, list []string) {
+	seen := map[string]bool{}
+	for j, t := range list {
+		k := fmt.Sprintf("%s[%d]", key, j)
+		switch {
+		case t == "":
+			l.add(k, "must not be empty")
+		case seen[t]:
+			l.add(k, "duplicate %q", t)
+		}
+		seen[t] = true
+	}
+}
+
 func (c *Config) validateSideEffects(l *errorList) {
 	names := map[string]int{}
 	for i := range c.SideEffects {
 		s := &c.SideEffects[i]
 		key := fmt.Sprintf("sideEffects[%d]", i)
-		if checkName(l, key+".name", s.Name) {
-			if j, dup := names[s.Name]; dup {
-				l.add(key+".name", "duplicate of sideEffects[%d].name %q", j, s.Name)
-			} else {
-				names[s.Name] = i
-			}
-		}
+		checkUniqueName(l, "sideEffects", i, s.Name, names)
 		if len(s.On) == 0 {
 			l.add(key+".on", "at least one event type is required")
 		}
-		seen := map[string]bool{}
-		for j, t := range s.On {
-			k := fmt.Sprintf("%s.on[%d]", key, j)
-			switch {
-			case t == "":
-				l.add(k, "must not be empty")
-			case seen[t]:
-				l.add(k, "duplicate %q", t)
-			}
-			seen[t] = true
-		}
+		checkDistinct(l, key+".on", s.On)
 		if w := s.When; w != nil {
 			if msg := checkFieldPath(w.Field); msg != "" {
 				l.add(key+".when.field", "%s", msg)

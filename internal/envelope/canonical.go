@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"sync"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
 // Fingerprint is SHA-256 of the RFC 8785 canonical JSON of the object
@@ -225,49 +222,26 @@ func (c *canonicalizer) value(out []byte, depth int) ([]byte, *Error) {
 	}
 }
 
-// number canonicalises a syntactically valid number literal.
-func (c *canonicalizer) number(out, lit []byte, plain bool, offset int) []byte {
-	// Fast path: an integer of at most 15 digits is exactly representable
-	// and ECMAScript prints it as written; only "-0" changes (to "0").
-	if plain && len(lit) <= 15 {
-		if c.emit {
-			if len(lit) == 2 && lit[0] == '-' && lit[1] == '0' {
-				lit = lit[1:]
-			}
-			out = append(out, lit...)
-		}
-		return out
+// open starts the container under c.pos: the depth check, its opening byte
+// and, when it is empty (reported), its closer too.
+func (c *canonicalizer) open(out []byte, closer byte, depth int) (_ []byte, empty bool, err *Error) {
+	opener := c.data[c.pos]
+	if empty, err = c.openContainer(closer, depth, "payload"); err != nil || !c.emit {
+		return out, empty, err
 	}
-	f, err := strconv.ParseFloat(string(lit), 64)
-	if err != nil && math.IsInf(f, 0) {
-		c.fail("number at offset %d overflows an IEEE-754 double", offset)
-		return out
+	out = append(out, opener)
+	if empty {
+		out = append(out, closer)
 	}
-	// Underflow is not an error: like ECMAScript, tiny numbers round to 0.
-	if c.emit {
-		out = appendNumber(out, f)
-	}
-	return out
+	return out, empty, nil
 }
 
 func (c *canonicalizer) array(out []byte, depth int) ([]byte, *Error) {
-	if depth > MaxDepth {
-		return out, depthErr("payload")
-	}
-	c.pos++
-	if c.emit {
-		out = append(out, '[')
-	}
-	c.skipWS()
-	if c.peek() == ']' {
-		c.pos++
-		if c.emit {
-			out = append(out, ']')
-		}
-		return out, nil
+	out, empty, err := c.open(out, ']', depth)
+	if err != nil || empty {
+		return out, err
 	}
 	for {
-		var err *Error
 		if out, err = c.value(out, depth+1); err != nil {
 			return out, err
 		}
@@ -291,22 +265,16 @@ func (c *canonicalizer) array(out []byte, depth int) ([]byte, *Error) {
 	}
 }
 
+// object emits the members in input order, recording each one's sort key
+// and place in out; sortObject then checks for duplicate names and, if the
+// names were out of order, re-lays the members sorted. Like decode's, the
+// member loop scans names and separators inline: it is the hot path (see
+// decode for the figures).
 func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
-	if depth > MaxDepth {
-		return out, depthErr("payload")
-	}
-	c.pos++
 	base, namesBase, objStart := len(c.members), len(c.names), len(out)
-	if c.emit {
-		out = append(out, '{')
-	}
-	c.skipWS()
-	if c.peek() == '}' {
-		c.pos++
-		if c.emit {
-			out = append(out, '}')
-		}
-		return out, nil
+	out, empty, err := c.open(out, '}', depth)
+	if err != nil || empty {
+		return out, err
 	}
 	sorted := true
 	var prev []byte // previous member's name
@@ -374,7 +342,21 @@ func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
 		return out, c.syntaxErr("expected ',' or '}' after an object member")
 	}
 
-	if ms := c.members[base:]; !sorted && !c.emit && len(ms) <= 8 {
+	if !sorted {
+		out = c.sortObject(out, c.members[base:], objStart)
+	}
+	if c.emit {
+		out = append(out, '}')
+	}
+	c.members, c.names = c.members[:base], c.names[:namesBase]
+	return out, nil
+}
+
+// sortObject handles an object whose member names were not in strictly
+// increasing order (ms, emitted at out[objStart:] in input order): it
+// reports a duplicate name and, when emitting, re-lays the members sorted.
+func (c *canonicalizer) sortObject(out []byte, ms []member, objStart int) []byte {
+	if !c.emit && len(ms) <= 8 {
 		// Validation only needs the duplicate check, and for the small
 		// objects typical of payloads comparing all pairs beats sorting.
 		for i := 1; i < len(ms); i++ {
@@ -385,32 +367,28 @@ func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
 				}
 			}
 		}
-	} else if !sorted {
-		c.sortMembers(ms)
-		for i := 1; i < len(ms); i++ {
-			if name := c.name(&ms[i]); bytes.Equal(c.name(&ms[i-1]), name) {
-				c.fail("duplicate member name %s in an object", quoteTrunc(name))
-				break
-			}
-		}
-		if c.emit {
-			// Re-lay the members in sorted order from a copy.
-			body := objStart + 1
-			c.tmp = append(c.tmp[:0], out[body:]...)
-			out = out[:body]
-			for i, m := range ms {
-				if i > 0 {
-					out = append(out, ',')
-				}
-				out = append(out, c.tmp[m.start-body:m.end-body]...)
-			}
+		return out
+	}
+	c.sortMembers(ms)
+	for i := 1; i < len(ms); i++ {
+		if name := c.name(&ms[i]); bytes.Equal(c.name(&ms[i-1]), name) {
+			c.fail("duplicate member name %s in an object", quoteTrunc(name))
+			break
 		}
 	}
 	if c.emit {
-		out = append(out, '}')
+		// Re-lay the members in sorted order from a copy.
+		body := objStart + 1
+		c.tmp = append(c.tmp[:0], out[body:]...)
+		out = out[:body]
+		for i, m := range ms {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, c.tmp[m.start-body:m.end-body]...)
+		}
 	}
-	c.members, c.names = c.members[:base], c.names[:namesBase]
-	return out, nil
+	return out
 }
 
 // sortMembers sorts an object's members by name. Small objects, the common
@@ -433,236 +411,4 @@ func (c *canonicalizer) sortMembers(ms []member) {
 			ms[j-1], ms[j] = ms[j], ms[j-1]
 		}
 	}
-}
-
-// compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units, as
-// RFC 8785 §3.2.3 requires. That is byte order, except that a supplementary
-// character (a surrogate pair, 0xD800–0xDBFF first) sorts before
-// U+E000–U+FFFF, whereas in UTF-8 it sorts after.
-func compareUTF16(a, b []byte) int {
-	n := min(len(a), len(b))
-	i := 0
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	if i == n {
-		return len(a) - len(b)
-	}
-	if a[i] < 0x80 || b[i] < 0x80 {
-		// An ASCII byte here is at a character boundary in both strings
-		// (the prefixes are equal), and it is below any non-ASCII unit.
-		return int(a[i]) - int(b[i])
-	}
-	for i > 0 && !utf8.RuneStart(a[i]) {
-		i-- // back up to the start of the differing character
-	}
-	ra, _ := utf8.DecodeRune(a[i:])
-	rb, _ := utf8.DecodeRune(b[i:])
-	ua, ub := firstUnit(ra), firstUnit(rb)
-	if ua != ub {
-		return int(ua) - int(ub)
-	}
-	return int(ra) - int(rb) // same high surrogate: low surrogates follow code point order
-}
-
-func firstUnit(r rune) rune {
-	if r >= 0x10000 {
-		hi, _ := utf16.EncodeRune(r)
-		return hi
-	}
-	return r
-}
-
-// appendUnescaped appends the decoded content of a syntactically valid JSON
-// string (without quotes). ok is false if a \u escape leaves an unpaired
-// UTF-16 surrogate, which has no UTF-8 form.
-func appendUnescaped(dst, raw []byte) (_ []byte, ok bool) {
-	for len(raw) > 0 {
-		i := bytes.IndexByte(raw, '\\')
-		if i < 0 {
-			return append(dst, raw...), true
-		}
-		dst = append(dst, raw[:i]...)
-		r, n := decodeEscape(raw[i:])
-		if r < 0 {
-			return dst, false
-		}
-		dst = utf8.AppendRune(dst, r)
-		raw = raw[i+n:]
-	}
-	return dst, true
-}
-
-// decodeEscape decodes the escape at the start of raw (already validated by
-// scanString), combining a \uXXXX\uXXXX surrogate pair. It returns the rune
-// and the bytes consumed, or r < 0 for an unpaired surrogate.
-func decodeEscape(raw []byte) (r rune, n int) {
-	switch raw[1] {
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'n':
-		return '\n', 2
-	case 'r':
-		return '\r', 2
-	case 't':
-		return '\t', 2
-	case 'u':
-		r = hex4(raw[2:6])
-		if !utf16.IsSurrogate(r) {
-			return r, 6
-		}
-		if r < 0xDC00 && len(raw) >= 12 && raw[6] == '\\' && raw[7] == 'u' {
-			if r2 := hex4(raw[8:12]); r2 >= 0xDC00 && r2 <= 0xDFFF {
-				return utf16.DecodeRune(r, r2), 12
-			}
-		}
-		return -1, 6
-	default: // '"', '\\', '/'
-		return rune(raw[1]), 2
-	}
-}
-
-func hex4(b []byte) rune {
-	return rune(hexVal[b[0]])<<12 | rune(hexVal[b[1]])<<8 | rune(hexVal[b[2]])<<4 | rune(hexVal[b[3]])
-}
-
-// pairedSurrogates reports whether the \u escapes in the content of a
-// syntactically valid JSON string leave no unpaired UTF-16 surrogate: the
-// check appendCanonicalEscaped makes, without producing output.
-func pairedSurrogates(raw []byte) bool {
-	for {
-		i := bytes.IndexByte(raw, '\\')
-		if i < 0 {
-			return true
-		}
-		r, n := decodeEscape(raw[i:])
-		if r < 0 {
-			return false
-		}
-		raw = raw[i+n:]
-	}
-}
-
-// appendCanonicalEscaped appends, with quotes, the RFC 8785 form of the
-// content of a syntactically valid JSON string that contains escapes, in one
-// pass: unescaped runs are copied (they cannot contain anything JCS
-// escapes), and each escape is replaced by the canonical spelling of the
-// character it denotes. ok is false for an unpaired surrogate.
-func appendCanonicalEscaped(dst, raw []byte) (_ []byte, ok bool) {
-	dst = append(dst, '"')
-	ok = true
-	for len(raw) > 0 {
-		i := bytes.IndexByte(raw, '\\')
-		if i < 0 {
-			dst = append(dst, raw...)
-			break
-		}
-		dst = append(dst, raw[:i]...)
-		r, n := decodeEscape(raw[i:])
-		if r < 0 {
-			ok = false
-			r = utf8.RuneError
-		}
-		dst = appendCanonicalRune(dst, r)
-		raw = raw[i+n:]
-	}
-	return append(dst, '"'), ok
-}
-
-// appendCanonicalString appends s as an RFC 8785 string: only '"', '\\' and
-// control characters are escaped, with the short forms where JSON has them
-// and lower-case \u00xx otherwise; everything else is copied as UTF-8.
-func appendCanonicalString[S ~string | ~[]byte](dst []byte, s S) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if plainStringByte[s[i]] {
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		dst = appendCanonicalRune(dst, rune(s[i]))
-		start = i + 1
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
-
-func appendCanonicalRune(dst []byte, r rune) []byte {
-	switch r {
-	case '"':
-		return append(dst, '\\', '"')
-	case '\\':
-		return append(dst, '\\', '\\')
-	case '\b':
-		return append(dst, '\\', 'b')
-	case '\f':
-		return append(dst, '\\', 'f')
-	case '\n':
-		return append(dst, '\\', 'n')
-	case '\r':
-		return append(dst, '\\', 'r')
-	case '\t':
-		return append(dst, '\\', 't')
-	}
-	if r < 0x20 {
-		const hex = "0123456789abcdef"
-		return append(dst, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xF])
-	}
-	return utf8.AppendRune(dst, r)
-}
-
-// appendNumber appends f as ECMAScript's Number.prototype.toString does
-// (ECMA-262 Number::toString, as required by RFC 8785 §3.2.2.3). f must be
-// finite. strconv's shortest round-trip digits are the digits ECMAScript
-// requires; only the layout differs.
-func appendNumber(dst []byte, f float64) []byte {
-	if f == 0 {
-		return append(dst, '0') // also -0
-	}
-	if f < 0 {
-		dst = append(dst, '-')
-		f = -f
-	}
-	var buf [32]byte
-	b := strconv.AppendFloat(buf[:0], f, 'e', -1, 64) // d[.ddd]e±xx
-	e := bytes.IndexByte(b, 'e')
-	var dbuf [24]byte
-	digits := append(dbuf[:0], b[0])
-	if e > 1 {
-		digits = append(digits, b[2:e]...)
-	}
-	exp, _ := strconv.Atoi(string(b[e+1:]))
-	k, n := len(digits), exp+1 // value = 0.digits × 10^n
-
-	switch {
-	case k <= n && n <= 21: // integer: digits then zeros
-		dst = append(dst, digits...)
-		for ; k < n; k++ {
-			dst = append(dst, '0')
-		}
-	case 0 < n && n <= 21: // decimal point inside the digits
-		dst = append(dst, digits[:n]...)
-		dst = append(dst, '.')
-		dst = append(dst, digits[n:]...)
-	case -6 < n && n <= 0: // 0.000ddd
-		dst = append(dst, '0', '.')
-		for i := n; i < 0; i++ {
-			dst = append(dst, '0')
-		}
-		dst = append(dst, digits...)
-	default: // exponent form: d[.ddd]e±x
-		dst = append(dst, digits[0])
-		if k > 1 {
-			dst = append(dst, '.')
-			dst = append(dst, digits[1:]...)
-		}
-		dst = append(dst, 'e')
-		if n-1 >= 0 {
-			dst = append(dst, '+')
-		}
-		dst = strconv.AppendInt(dst, int64(n-1), 10)
-	}
-	return dst
 }

@@ -169,13 +169,8 @@ func (s *scanner) scanNumber() (plain bool, err *Error) {
 	plain = true
 	if i < len(data) && data[i] == '.' {
 		plain = false
-		i++
-		if i >= len(data) || !isDigit(data[i]) {
-			s.pos = i
-			return false, s.syntaxErr("invalid number: digit expected after '.'")
-		}
-		for i < len(data) && isDigit(data[i]) {
-			i++
+		if i, err = s.requireDigits(i+1, "invalid number: digit expected after '.'"); err != nil {
+			return false, err
 		}
 	}
 	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
@@ -184,16 +179,27 @@ func (s *scanner) scanNumber() (plain bool, err *Error) {
 		if i < len(data) && (data[i] == '+' || data[i] == '-') {
 			i++
 		}
-		if i >= len(data) || !isDigit(data[i]) {
-			s.pos = i
-			return false, s.syntaxErr("invalid number: digit expected in exponent")
-		}
-		for i < len(data) && isDigit(data[i]) {
-			i++
+		if i, err = s.requireDigits(i, "invalid number: digit expected in exponent"); err != nil {
+			return false, err
 		}
 	}
 	s.pos = i
 	return plain, nil
+}
+
+// requireDigits returns the index past the run of digits at i (of a
+// fraction or an exponent), which must not be empty: if it is, it moves s
+// to i and returns the syntax error msg.
+func (s *scanner) requireDigits(i int, msg string) (int, *Error) {
+	data := s.data
+	if i >= len(data) || !isDigit(data[i]) {
+		s.pos = i
+		return i, s.syntaxErr(msg)
+	}
+	for i < len(data) && isDigit(data[i]) {
+		i++
+	}
+	return i, nil
 }
 
 // scanLiteral moves past true, false or null.
@@ -216,74 +222,88 @@ func (s *scanner) scanLiteral() *Error {
 	return nil
 }
 
+// Messages of the syntax errors after a container's element.
+const (
+	errAfterMember  = "expected ',' or '}' after an object member"
+	errAfterElement = "expected ',' or ']' after an array element"
+)
+
+// openContainer moves past the '{' or '[' under s.pos after checking that
+// a container is allowed at depth (depthField is blamed if not); empty
+// reports that it closes at once with closer, which it then moves past too.
+func (s *scanner) openContainer(closer byte, depth int, depthField string) (empty bool, err *Error) {
+	if depth > MaxDepth {
+		return false, depthErr(depthField)
+	}
+	s.pos++
+	s.skipWS()
+	if s.peek() == closer {
+		s.pos++
+		return true, nil
+	}
+	return false, nil
+}
+
+// memberName scans an object member's name and the ':' after it, leaving
+// s.pos at the value.
+func (s *scanner) memberName() (start, end int, escaped bool, err *Error) {
+	if s.peek() != '"' {
+		return 0, 0, false, s.syntaxErr("expected a member name")
+	}
+	if start, end, escaped, err = s.scanString(); err != nil {
+		return 0, 0, false, err
+	}
+	s.skipWS()
+	if s.peek() != ':' {
+		return 0, 0, false, s.syntaxErr("expected ':' after a member name")
+	}
+	s.pos++
+	s.skipWS()
+	return start, end, escaped, nil
+}
+
+// afterElement moves past what must follow a container's member or
+// element: a ',' (and the space after it), or the closer, reported as done.
+// msg is the syntax error for anything else.
+func (s *scanner) afterElement(closer byte, msg string) (done bool, err *Error) {
+	s.skipWS()
+	switch s.peek() {
+	case ',':
+		s.pos++
+		s.skipWS()
+		return false, nil
+	case closer:
+		s.pos++
+		return true, nil
+	}
+	return false, s.syntaxErr(msg)
+}
+
 // skipValue validates the value under s.pos and moves past it, checking
 // grammar and nesting only. depth is the nesting level a container here
 // would have; depthField names the field blamed when it exceeds MaxDepth.
 // Recursion is bounded by MaxDepth, so hostile input cannot exhaust the stack.
 func (s *scanner) skipValue(depth int, depthField string) *Error {
 	switch c := s.peek(); {
-	case c == '{':
-		if depth > MaxDepth {
-			return depthErr(depthField)
+	case c == '{', c == '[':
+		closer, msg := byte('}'), errAfterMember
+		if c == '[' {
+			closer, msg = ']', errAfterElement
 		}
-		s.pos++
-		s.skipWS()
-		if s.peek() == '}' {
-			s.pos++
-			return nil
+		if empty, err := s.openContainer(closer, depth, depthField); empty || err != nil {
+			return err
 		}
 		for {
-			if s.peek() != '"' {
-				return s.syntaxErr("expected a member name")
+			if c == '{' {
+				if _, _, _, err := s.memberName(); err != nil {
+					return err
+				}
 			}
-			if _, _, _, err := s.scanString(); err != nil {
-				return err
-			}
-			s.skipWS()
-			if s.peek() != ':' {
-				return s.syntaxErr("expected ':' after a member name")
-			}
-			s.pos++
-			s.skipWS()
 			if err := s.skipValue(depth+1, depthField); err != nil {
 				return err
 			}
-			s.skipWS()
-			switch s.peek() {
-			case ',':
-				s.pos++
-				s.skipWS()
-			case '}':
-				s.pos++
-				return nil
-			default:
-				return s.syntaxErr("expected ',' or '}' after an object member")
-			}
-		}
-	case c == '[':
-		if depth > MaxDepth {
-			return depthErr(depthField)
-		}
-		s.pos++
-		s.skipWS()
-		if s.peek() == ']' {
-			s.pos++
-			return nil
-		}
-		for {
-			if err := s.skipValue(depth+1, depthField); err != nil {
+			if done, err := s.afterElement(closer, msg); done || err != nil {
 				return err
-			}
-			s.skipWS()
-			switch s.peek() {
-			case ',':
-				s.pos++
-				s.skipWS()
-			case ']':
-				s.pos++
-				return nil
-			default:
-				return s.syntaxErr("expected ',' or ']' after an array element")
 			}
 		}
 	case c == '"':

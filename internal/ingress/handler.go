@@ -32,34 +32,6 @@ const MaxKeyLen = 255
 // retryAfter is the Retry-After of 409 in flight and 503 (seconds).
 const retryAfter = "1"
 
-// problem is an RFC 9457 problem body; Field names what is wrong.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Field  string `json:"field,omitempty"`
-}
-
-func writeProblem(w http.ResponseWriter, status int, field, format string, args ...any) {
-	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: fmt.Sprintf(format, args...), Field: field}
-	b, _ := json.Marshal(p)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", retryAfter)
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func writeJSON(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
 // printable reports whether s is 1..MaxKeyLen printable ASCII characters
 // (space to tilde): what a header carries safely, and what keeps the
 // receipt key's newline separators unambiguous.
@@ -278,15 +250,12 @@ func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, 
 // handle answers a parsed request from the receipts, writing the events
 // that have none first.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
-	n := len(req.items)
-	have := make([]*receipt.Receipt, n)
-	var missing []int
-	for i := range req.items {
-		have[i], _ = s.view.get(receipt.Key(req.tenant, req.key, i))
-		if have[i] == nil {
-			missing = append(missing, i)
-		}
+	have := make([]*receipt.Receipt, len(req.items))
+	all := make([]int, len(req.items))
+	for i := range all {
+		all[i] = i
 	}
+	missing := s.lookup(req, have, all)
 	if f := req.compare(have); f != nil {
 		writeProblem(w, f.status, f.field, "%s", f.detail)
 		return
@@ -296,69 +265,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 		writeJSON(w, http.StatusOK, req.body(have))
 		return
 	}
-	// Write the events that have no receipt. Some may have been written
-	// before (a request that failed half-way, or another instance taking
-	// the same retry): the same event id makes them duplicates.
-	recs := make([]*kgo.Record, 0, len(missing))
-	for _, i := range missing {
-		it := req.items[i]
-		o, _ := json.Marshal(receipt.Origin{TenantID: req.tenant, Key: req.key, Index: i, Count: n, Batch: req.batch})
-		recs = append(recs, &kgo.Record{Topic: s.cfg.Topic, Key: []byte(it.ev.AggregateID), Value: it.value,
-			Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: o}}})
-	}
-	// The wait for the write is bounded by the same timeout: with the
-	// brokers away the client retries a batch it has sent for as long as it
-	// takes (an idempotent producer cannot drop it), so the answer does not
-	// wait for it. A record not acknowledged in time may still land; the
-	// retry the 503 asks for carries the same event id.
-	pctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
-	defer cancel()
-	acked := make(chan error, len(recs)) // buffered: a late promise never blocks
-	for _, rec := range recs {
-		s.producer.Produce(pctx, rec, func(_ *kgo.Record, err error) { acked <- err })
-	}
-	var err error
-	for range recs {
-		select {
-		case e := <-acked:
-			err = errors.Join(err, e)
-			continue
-		case <-pctx.Done():
-			err = fmt.Errorf("not acknowledged within %s: %w", s.cfg.Timeout, pctx.Err())
-		}
-		break
-	}
+	ours, err := s.produce(r.Context(), req, missing)
 	if err != nil {
 		s.cfg.Logger.Warn("ingress: produce failed", "topic", s.cfg.Topic, "err", err)
 		writeProblem(w, http.StatusServiceUnavailable, "", "the event could not be written (%v); retry with the same key", err)
 		return
 	}
-	ours := make(map[[2]int64]bool, len(recs))
-	for _, rec := range recs {
-		ours[[2]int64{int64(rec.Partition), rec.Offset}] = true
-	}
-	timer := time.NewTimer(s.cfg.Timeout)
-	defer timer.Stop()
-	for {
-		changed := s.view.watch() // before looking: a receipt read after this closes it
-		left := missing[:0]
-		for _, i := range missing {
-			have[i], _ = s.view.get(receipt.Key(req.tenant, req.key, i))
-			if have[i] == nil {
-				left = append(left, i)
-			}
-		}
-		missing = left
-		if len(missing) == 0 {
-			break
-		}
-		select {
-		case <-changed:
-			continue
-		case <-timer.C:
-		case <-s.stop:
-		case <-r.Context().Done():
-		}
+	if !s.await(r.Context(), req, have, missing) {
 		// Not committed (or not read) yet: the record is written, so the
 		// outcome will be committed; the client polls or retries.
 		w.Header().Set("Location", receiptPath(req.key, req.tenant))
@@ -383,6 +296,87 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 	writeJSON(w, status, req.body(have))
 }
 
+// lookup fills have[i] from the receipts for each index i in idx and
+// returns the indices still without a receipt (reusing idx).
+func (s *Server) lookup(req *request, have []*receipt.Receipt, idx []int) []int {
+	left := idx[:0]
+	for _, i := range idx {
+		have[i], _ = s.view.get(receipt.Key(req.tenant, req.key, i))
+		if have[i] == nil {
+			left = append(left, i)
+		}
+	}
+	return left
+}
+
+// produce writes the events at the indices missing and waits for the
+// acknowledgements, returning the partition and offset of each record
+// written. Some may have been written before (a request that failed
+// half-way, or another instance taking the same retry): the same event id
+// makes them duplicates.
+//
+// The wait is bounded by the request timeout: with the brokers away the
+// client retries a batch it has sent for as long as it takes (an
+// idempotent producer cannot drop it), so the answer does not wait for it.
+// A record not acknowledged in time may still land; the retry the 503 asks
+// for carries the same event id.
+func (s *Server) produce(ctx context.Context, req *request, missing []int) (map[[2]int64]bool, error) {
+	recs := make([]*kgo.Record, 0, len(missing))
+	for _, i := range missing {
+		it := req.items[i]
+		o, _ := json.Marshal(receipt.Origin{TenantID: req.tenant, Key: req.key, Index: i, Count: len(req.items), Batch: req.batch})
+		recs = append(recs, &kgo.Record{Topic: s.cfg.Topic, Key: []byte(it.ev.AggregateID), Value: it.value,
+			Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: o}}})
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	acked := make(chan error, len(recs)) // buffered: a late promise never blocks
+	for _, rec := range recs {
+		s.producer.Produce(pctx, rec, func(_ *kgo.Record, err error) { acked <- err })
+	}
+	var err error
+	for range recs {
+		select {
+		case e := <-acked:
+			err = errors.Join(err, e)
+			continue
+		case <-pctx.Done():
+			err = fmt.Errorf("not acknowledged within %s: %w", s.cfg.Timeout, pctx.Err())
+		}
+		break
+	}
+	if err != nil {
+		return nil, err
+	}
+	ours := make(map[[2]int64]bool, len(recs))
+	for _, rec := range recs {
+		ours[[2]int64{int64(rec.Partition), rec.Offset}] = true
+	}
+	return ours, nil
+}
+
+// await waits, up to the request timeout, until every index in missing has
+// a receipt in have. It reports false if the time ran out, the server is
+// stopping or the client went away.
+func (s *Server) await(ctx context.Context, req *request, have []*receipt.Receipt, missing []int) bool {
+	timer := time.NewTimer(s.cfg.Timeout)
+	defer timer.Stop()
+	for {
+		changed := s.view.watch() // before looking: a receipt read after this closes it
+		if missing = s.lookup(req, have, missing); len(missing) == 0 {
+			return true
+		}
+		select {
+		case <-changed:
+			continue
+		case <-timer.C:
+		case <-s.stop:
+		case <-ctx.Done():
+		}
+		return false
+	}
+}
+
 // compare checks the receipts found against the request: a different shape
 // (single or batch, event count) or fingerprint is a conflict.
 func (req *request) compare(have []*receipt.Receipt) *failure {
@@ -402,6 +396,7 @@ func (req *request) compare(have []*receipt.Receipt) *failure {
 	return nil
 }
 
+// receiptPath is where the receipts of a request are read (GET).
 func receiptPath(key, tenant string) string {
 	p := "/v1/receipts/" + url.PathEscape(key)
 	if tenant != "" {
@@ -430,6 +425,7 @@ type responseBody struct {
 	Events []eventBody `json:"events,omitempty"`
 }
 
+// bodyOf is a receipt as a response shows it.
 func bodyOf(rc *receipt.Receipt) eventBody {
 	return eventBody{EventID: rc.EventID, Outcome: rc.Outcome, Projections: rc.Projections, Reason: rc.Reason,
 		Topic: rc.Topic, Partition: rc.Partition, Offset: rc.Offset, Fingerprint: rc.Fingerprint}
@@ -452,56 +448,14 @@ func responseFor(key, tenant string, batch bool, rs []*receipt.Receipt) []byte {
 	return append(out, '\n')
 }
 
+// body is the 200/201 body of the request's receipts rs.
 func (req *request) body(rs []*receipt.Receipt) []byte {
 	return responseFor(req.key, req.tenant, req.batch, rs)
 }
 
+// pending is the 202 body: where to read the receipts once committed.
 func (req *request) pending() []byte {
 	out, _ := json.Marshal(map[string]string{"idempotencyKey": req.key, "tenantId": req.tenant, "status": "pending",
 		"location": receiptPath(req.key, req.tenant)})
 	return append(out, '\n')
-}
-
-// getReceipt answers GET /v1/receipts/{key}: the body a replay gets (200),
-// 202 while some events of the request have no receipt yet, 404 when none
-// has.
-func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) {
-	if ok, why := s.Ready(); !ok {
-		writeProblem(w, http.StatusServiceUnavailable, "", "not ready: %s", why)
-		return
-	}
-	key := r.PathValue("key")
-	if !printable(key) {
-		writeProblem(w, 400, "key", "the key must be 1 to %d printable ASCII characters", MaxKeyLen)
-		return
-	}
-	tenant, has, ok := headerValue(r, HeaderTenant)
-	if !has {
-		tenant = r.URL.Query().Get("tenant")
-	}
-	if !ok || (tenant != "" && !printable(tenant)) {
-		writeProblem(w, 400, HeaderTenant, "%s must be given once, 1 to %d printable ASCII characters", HeaderTenant, MaxKeyLen)
-		return
-	}
-	if tenant == "" && s.cfg.RequireTenant {
-		writeProblem(w, 400, HeaderTenant, "the %s header is required", HeaderTenant)
-		return
-	}
-	first, _ := s.view.get(receipt.Key(tenant, key, 0))
-	if first == nil {
-		writeProblem(w, http.StatusNotFound, "key", "no committed receipt for this key (yet): a request answered 202 is committed shortly, poll again")
-		return
-	}
-	rs := []*receipt.Receipt{first}
-	for i := 1; i < first.Count; i++ {
-		rc, _ := s.view.get(receipt.Key(tenant, key, i))
-		if rc == nil {
-			req := &request{key: key, tenant: tenant}
-			w.Header().Set("Location", receiptPath(key, tenant))
-			writeJSON(w, http.StatusAccepted, req.pending())
-			return
-		}
-		rs = append(rs, rc)
-	}
-	writeJSON(w, http.StatusOK, responseFor(key, tenant, first.Batch, rs))
 }

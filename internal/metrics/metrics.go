@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -380,125 +378,6 @@ func (m *Metrics) refreshLag(ctx context.Context) {
 	default:
 		m.o.Logger.Debug("consumer lag refresh failed", "failedRefreshes", m.lagFailStreak, "err", err)
 	}
-}
-
-// collector reads the counters at scrape time.
-type collector struct{ m *Metrics }
-
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	m := c.m
-	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries} {
-		ch <- d
-	}
-}
-
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	m, o, p := c.m, c.m.o, c.m.proc
-	counter := func(d *prometheus.Desc, v int64, lvs ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), lvs...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, lvs ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lvs...)
-	}
-
-	for _, out := range o.Outcomes {
-		counter(m.events, p.Events("", out), RecordLevel, out)
-		for _, name := range o.Projections {
-			counter(m.events, p.Events(name, out), name, out)
-		}
-	}
-	for _, r := range o.DeadLetterReasons {
-		counter(m.dlq, p.DeadLetters(r), r)
-	}
-	for _, e := range o.Effects {
-		for _, st := range o.EffectStatuses {
-			n := p.Effects(e, st)
-			if o.Executor != nil {
-				n += o.Executor.Effects(e, st)
-			}
-			counter(m.effects, n, e, st)
-		}
-	}
-	var pending int64
-	if o.Pending != nil {
-		pending = o.Pending()
-	}
-	gauge(m.pending, float64(pending))
-
-	// Gaps: the configured projections at 0 unless the processor reports
-	// otherwise, plus any projection it reports that is not configured.
-	gaps := p.Gaps()
-	now := o.Now()
-	gapNames := slices.Clone(o.Projections)
-	for name := range gaps {
-		if !slices.Contains(o.Projections, name) {
-			gapNames = append(gapNames, name)
-		}
-	}
-	for _, name := range gapNames {
-		g := gaps[name]
-		age := 0.0
-		if g.Open > 0 && !g.Oldest.IsZero() {
-			age = max(now.Sub(g.Oldest).Seconds(), 0)
-		}
-		gauge(m.gapsOpen, float64(g.Open), name)
-		gauge(m.gapOldest, age, name)
-	}
-
-	// The loops' series add up.
-	txns := make([]int64, len(TransactionResults))
-	var restored int64
-	var assigned []state.Task
-	ready := len(m.loops) > 0
-	for _, l := range m.loops {
-		for i, r := range TransactionResults {
-			txns[i] += l.Transactions(r)
-		}
-		restored += l.Restored()
-		assigned = append(assigned, l.Assigned()...)
-		ready = ready && l.Ready()
-	}
-	for i, r := range TransactionResults {
-		counter(m.txns, txns[i], r)
-	}
-	counter(m.restored, restored)
-
-	m.mu.Lock()
-	lag := m.lagValues
-	lagErrs := m.lagErrs
-	m.mu.Unlock()
-	seen := make(map[state.Task]bool, len(assigned))
-	for _, t := range assigned {
-		if seen[t] { // two loops never share a topic; be safe anyway
-			continue
-		}
-		seen[t] = true
-		gauge(m.lag, float64(lag[TopicPartition{t.Topic, t.Partition}]), t.Topic, strconv.Itoa(int(t.Partition)))
-	}
-	gauge(m.assigned, float64(len(seen)))
-	if ready {
-		gauge(m.ready, 1)
-	} else {
-		gauge(m.ready, 0)
-	}
-	counter(m.lagErrors, lagErrs)
-
-	missing := map[string]bool{}
-	var retries int64
-	for _, l := range m.loops {
-		for _, t := range l.MissingInputs() {
-			missing[t] = true
-		}
-		retries += l.RestoreRetries()
-	}
-	for _, t := range m.o.Inputs {
-		if missing[t] {
-			gauge(m.missing, 1, t)
-		} else {
-			gauge(m.missing, 0, t)
-		}
-	}
-	counter(m.restoreRetries, retries)
 }
 
 // zeroSource stands in for a missing processor; it is not a loop.
