@@ -61,10 +61,10 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	w.mu.Unlock()
 	wt.runner = r
 	t.Data = wt
-	w.stats.track(r, true)
+	w.stats.track(r)
 	go func() {
 		defer w.runnersWG.Done()
-		defer w.stats.track(r, false)
+		defer w.stats.untrack(r)
 		defer close(wt.done)
 		if err := r.Run(ctx); err != nil && !errors.Is(err, ErrRevoked) && ctx.Err() == nil {
 			// Its partition's keys wait until the partition is assigned

@@ -30,13 +30,17 @@ func (s *WorkerStats) Pending() int64 {
 	return n
 }
 
-func (s *WorkerStats) track(r *Runner, on bool) {
+// track counts a started Runner's backlog in Pending; untrack stops
+// counting it once it stopped.
+func (s *WorkerStats) track(r *Runner) {
 	s.mu.Lock()
-	if on {
-		s.runners[r] = true
-	} else {
-		delete(s.runners, r)
-	}
+	s.runners[r] = true
+	s.mu.Unlock()
+}
+
+func (s *WorkerStats) untrack(r *Runner) {
+	s.mu.Lock()
+	delete(s.runners, r)
 	s.mu.Unlock()
 }
 
