@@ -29,8 +29,10 @@ type Command struct {
 // (command.Decode).
 func (c *Command) Valid() bool { return c.Op == "skip-gap" && c.Aggregate != "" }
 
-// command applies an operator command. A command that cannot apply is
-// dead-lettered with the reason, so the operator sees why.
+// applyCommand applies an operator command: skip-gap applies the
+// aggregate's held events past its gap (Guard.Expire under the skip
+// policy), in every projection or the one named. A command that cannot
+// apply is dead-lettered with the reason, so the operator sees why.
 func (p *Processor) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	var c Command
 	if err := command.Decode(r.Value, &c); err != nil {

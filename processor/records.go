@@ -182,6 +182,8 @@ func (p *Processor) offerAll(b *eos.Batch, t *eos.Task, r *kgo.Record, ev *envel
 	return nil
 }
 
+// outcomeLabel is a guard step's outcome as the outcome label of the events
+// counter and the receipt.
 func outcomeLabel(o projection.Outcome) string {
 	switch o {
 	case projection.Applied:
@@ -216,6 +218,8 @@ func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, agg
 	}
 }
 
+// deadLetter dead-letters a record in the batch's transaction and counts
+// it under its reason when the transaction commits.
 func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {
 	b.DeadLetter(id, offset, key, value, reason, msg)
 	p.tallyOf(b).deadLetter(reason)
