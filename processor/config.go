@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/changelog"
 	"github.com/projector-dev/projector/internal/envelope"
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/internal/state"
@@ -101,8 +102,8 @@ type EffectRules interface {
 type Hooks = eos.Hooks
 
 // ChangelogTopic names the changelog of one input topic (name is the
-// processor's group).
-func ChangelogTopic(name, input string) string { return name + "." + input + ".changelog" }
+// processor's group): changelog.Topic, which also names the executor's.
+func ChangelogTopic(name, input string) string { return changelog.Topic(name, input) }
 
 func (c *Config) applyDefaults() {
 	if c.Partitions <= 0 {

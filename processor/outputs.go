@@ -2,7 +2,6 @@ package processor
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -35,13 +34,10 @@ func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record
 		return r
 	}
 	b := buf[len(buf):]
-	b = append(b, `{"projection":`...)
-	b = jsonenc.AppendString(b, p.Name)
-	b = append(b, `,"aggregateId":`...)
-	b = jsonenc.AppendString(b, ev.AggregateID)
+	b = appendMember(b, `{"projection":`, p.Name)
+	b = appendMember(b, `,"aggregateId":`, ev.AggregateID)
 	if ev.AggregateType != "" {
-		b = append(b, `,"aggregateType":`...)
-		b = jsonenc.AppendString(b, ev.AggregateType)
+		b = appendMember(b, `,"aggregateType":`, ev.AggregateType)
 	}
 	b = append(b, `,"version":`...)
 	b = strconv.AppendInt(b, c.Version, 10)
@@ -51,17 +47,20 @@ func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record
 	} else {
 		b = append(b, c.State...)
 	}
-	b = append(b, `,"lastEventId":`...)
-	b = jsonenc.AppendString(b, ev.EventID)
-	b = append(b, `,"lastEventType":`...)
-	b = jsonenc.AppendString(b, ev.EventType)
+	b = appendMember(b, `,"lastEventId":`, ev.EventID)
+	b = appendMember(b, `,"lastEventType":`, ev.EventType)
 	if ev.OccurredAt != "" {
-		b = append(b, `,"occurredAt":`...)
-		b = jsonenc.AppendString(b, ev.OccurredAt)
+		b = appendMember(b, `,"occurredAt":`, ev.OccurredAt)
 	}
 	b = append(b, '}')
 	r.Value = b
 	return r
+}
+
+// appendMember appends a JSON member whose value is the string v; member is
+// its name with the punctuation before and after it (`,"name":`).
+func appendMember(b []byte, member, v string) []byte {
+	return jsonenc.AppendString(append(b, member...), v)
 }
 
 // emitIntents produces the side-effect intents of an applied event — the
@@ -88,149 +87,4 @@ func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projec
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
 		p.tallyOf(b).effect(in.Effect, "enqueued")
 	}
-}
-
-// expiry is one aggregate whose gap outlived the hold timeout.
-type expiry struct {
-	task *eos.Task
-	key  gapKey
-}
-
-// expiring lists at most limit gaps to resolve now (none under the wait
-// policy; those are only reported), from the tasks' queues of due gaps. A
-// task's queue is refilled by one look through its gap index once it is
-// empty, so the index is read once per round of expiry, not once per
-// transaction.
-func (p *Processor) expiring(now time.Time, limit int) []expiry {
-	if p.cfg.GapPolicy == projection.Wait {
-		return nil
-	}
-	var out []expiry
-	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
-		if ts == nil || len(out) >= limit {
-			return
-		}
-		if len(ts.due) == 0 {
-			ts.findDue(now, p.cfg.HoldTimeout)
-		}
-		for len(out) < limit && len(ts.due) > 0 {
-			k := ts.due[0]
-			ts.due = ts.due[1:]
-			if ts.isDue(k, now, p.cfg.HoldTimeout) {
-				out = append(out, expiry{task: t, key: k})
-			}
-		}
-		if len(ts.due) == 0 {
-			ts.due = nil // release the queue's array
-		}
-	})
-	return out
-}
-
-// gapsDue reports whether expiring would list a gap, without taking any.
-func (p *Processor) gapsDue(now time.Time) bool {
-	if p.cfg.GapPolicy == projection.Wait {
-		return false
-	}
-	due := false
-	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
-		if ts == nil || due {
-			return
-		}
-		// Drop what is no longer due from the queue's head; refill it
-		// when empty.
-		for len(ts.due) > 0 && !ts.isDue(ts.due[0], now, p.cfg.HoldTimeout) {
-			ts.due = ts.due[1:]
-		}
-		if len(ts.due) == 0 {
-			ts.findDue(now, p.cfg.HoldTimeout)
-		}
-		due = len(ts.due) > 0
-	})
-	return due
-}
-
-// findDue queues every gap of the index that is due and not being expired.
-// The walk is skipped while no projection's oldest gap is due (the common
-// case with many gaps open: Due asks on every poll).
-func (ts *taskState) findDue(now time.Time, hold time.Duration) {
-	ts.due = ts.due[:0]
-	if !ts.oldestDue(now, hold) {
-		return
-	}
-	for k, since := range ts.gaps {
-		if now.Sub(time.UnixMilli(since)) >= hold {
-			if _, busy := ts.inflight[k]; !busy {
-				ts.due = append(ts.due, k)
-			}
-		}
-	}
-}
-
-// oldestDue reports whether some projection's oldest open gap has waited
-// the hold timeout (from the summary setGap and closeGap keep).
-func (ts *taskState) oldestDue(now time.Time, hold time.Duration) bool {
-	for name := range ts.sums {
-		if n, oldest := ts.summary(name); n > 0 && now.Sub(oldest) >= hold {
-			return true
-		}
-	}
-	return false
-}
-
-// isDue: the index still lists k as open past the hold timeout and no
-// transaction in flight has expired it.
-func (ts *taskState) isDue(k gapKey, now time.Time, hold time.Duration) bool {
-	since, ok := ts.gaps[k]
-	if !ok || now.Sub(time.UnixMilli(since)) < hold {
-		return false
-	}
-	_, busy := ts.inflight[k]
-	return !busy
-}
-
-// expire resolves one expired gap inside the transaction (b is the task's
-// batch).
-func (p *Processor) expire(b *eos.Batch, e expiry) error {
-	if tl := p.tallyOf(b); tl.ts != nil {
-		if len(tl.expired) == 0 {
-			b.OnAbort(tl.release)
-		}
-		tl.expiring(e.key)
-	}
-	for _, g := range p.guards {
-		if g.P.Name != e.key.projection {
-			continue
-		}
-		// The gap index may lag the state by the transaction whose
-		// commit hooks have not run yet (decision 004): Expire decides on
-		// the aggregate as this transaction sees it (a gap closed or
-		// moved meanwhile is not due), and emitStep records what it
-		// reports (the lagging hooks close a gap closed meanwhile).
-		step, dropped, why, err := p.expireStep(b, e.task.Prefix, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
-		if err != nil {
-			return err
-		}
-		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, e.task, g, e.key.aggregate, step)
-		p.deadLetterTooLarge(b, e.task, g, dropped, why)
-		if dropped == nil && step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
-			continue // not due
-		}
-		p.cfg.Logger.Info("gap timed out", "projection", g.P.Name, "aggregate", e.key.aggregate,
-			"policy", p.cfg.GapPolicy, "applied", len(step.Changes), "deadLettered", len(step.Dropped), "tooLarge", dropped != nil)
-	}
-	return nil
-}
-
-// deadLetterTooLarge dead-letters a held event that a gap expiry left
-// unapplied because its outputs would exceed the record limit (nil: none).
-func (p *Processor) deadLetterTooLarge(b *eos.Batch, t *eos.Task, g *projection.Guard, c *projection.Change, why string) {
-	if c == nil {
-		return
-	}
-	p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
-	p.tallyOf(b).add(g.P.Name, ReasonTooLarge)
 }

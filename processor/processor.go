@@ -9,7 +9,6 @@ import (
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -57,19 +56,6 @@ const recentIDs = 1 << 18
 
 // sweepChunk bounds the dedup entries one transaction examines for expiry.
 const sweepChunk = 20000
-
-// expireChunk bounds the gaps one transaction expires; due gaps beyond it
-// are left to the following transactions. Each Guard.Expire reads the
-// aggregate's held events through the transaction's staged writes, which
-// it scans whole (state.Txn.Scan): expiring every due gap in one
-// transaction cost the square of their number (20k gaps: 7.5 s, 50k: past
-// the transaction timeout, and the restore rebuilt the same index). With
-// the bound, an expiry scans at most this chunk's writes and the previous
-// transaction's, so a transaction's expiry work is bounded and the total
-// is linear in the number of gaps.
-const expireChunk = 1000
-
-type gapKey struct{ projection, aggregate string }
 
 // New validates cfg and returns a processor.
 func New(cfg Config) (*Processor, error) {
@@ -235,112 +221,4 @@ func (h *pipeline) Stage(b *eos.Batch) {
 	if tl, ok := b.Data.(*tally); ok {
 		h.cfg.Dedup.Stage(b.Txn, &tl.seg, b.Task().Prefix)
 	}
-}
-
-// gapSum is one projection's open gaps in one task: the count, kept as the
-// index changes, and the oldest, recomputed only after the oldest gap
-// closed or moved (stale).
-type gapSum struct {
-	open   int
-	oldest time.Time
-	stale  bool
-}
-
-func (ts *taskState) sum(projection string) *gapSum {
-	s := ts.sums[projection]
-	if s == nil {
-		s = &gapSum{}
-		ts.sums[projection] = s
-	}
-	return s
-}
-
-// setGap opens gap k, or moves it, with its held events waiting since since.
-func (ts *taskState) setGap(k gapKey, since time.Time) {
-	s := ts.sum(k.projection)
-	if old, ok := ts.gaps[k]; ok {
-		if time.UnixMilli(old).Equal(s.oldest) {
-			s.stale = true
-		}
-	} else {
-		s.open++
-	}
-	since = time.UnixMilli(since.UnixMilli())
-	ts.gaps[k] = since.UnixMilli()
-	if !s.stale && (s.oldest.IsZero() || since.Before(s.oldest)) {
-		s.oldest = since
-	}
-}
-
-// closeGap closes gap k, if it is open.
-func (ts *taskState) closeGap(k gapKey) {
-	old, ok := ts.gaps[k]
-	if !ok {
-		return
-	}
-	delete(ts.gaps, k)
-	s := ts.sum(k.projection)
-	s.open--
-	if s.open == 0 {
-		s.oldest, s.stale = time.Time{}, false
-	} else if time.UnixMilli(old).Equal(s.oldest) {
-		s.stale = true
-	}
-}
-
-// summary returns projection's open gaps in the task, recomputing the
-// oldest if it went stale (one walk of the task's index, only then).
-func (ts *taskState) summary(projection string) (int, time.Time) {
-	s := ts.sums[projection]
-	if s == nil || s.open == 0 {
-		return 0, time.Time{}
-	}
-	if s.stale {
-		s.oldest, s.stale = time.Time{}, false
-		for k, ms := range ts.gaps {
-			if since := time.UnixMilli(ms); k.projection == projection && (s.oldest.IsZero() || since.Before(s.oldest)) {
-				s.oldest = since
-			}
-		}
-	}
-	return s.open, s.oldest
-}
-
-// publishGaps summarises the tasks' gap indexes for metrics. It costs a look
-// per task and projection, not a walk of every open gap (tens of thousands
-// of held aggregates must not slow every commit down).
-func (p *Processor) publishGaps() {
-	g := make(map[string]GapSummary, len(p.cfg.Projections))
-	for _, pr := range p.cfg.Projections {
-		g[pr.Name] = GapSummary{}
-	}
-	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
-		if ts == nil {
-			return
-		}
-		for name := range ts.sums {
-			n, oldest := ts.summary(name)
-			if n == 0 {
-				continue
-			}
-			s := g[name]
-			s.Open += n
-			if s.Oldest.IsZero() || oldest.Before(s.Oldest) {
-				s.Oldest = oldest
-			}
-			g[name] = s
-		}
-	})
-	p.stats.setGaps(g)
-}
-
-// storeKV reads Pebble directly (no staging) for read-only guard calls.
-type storeKV struct{ s *state.Store }
-
-func (s storeKV) Get(k []byte) ([]byte, bool, error) { return s.s.Get(k) }
-func (storeKV) Set(_, _ []byte)                      { panic("processor: storeKV is read-only") }
-func (storeKV) Delete(_ []byte)                      { panic("processor: storeKV is read-only") }
-func (s storeKV) Scan(prefix []byte, fn func(k, v []byte) error) error {
-	return s.s.Scan(prefix, fn)
 }

@@ -1,12 +1,11 @@
 package processor
 
 import (
-	"bytes"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/staging"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects"
 )
@@ -20,101 +19,6 @@ const ReasonTooLarge = "too-large"
 // (length varints, attributes, deltas, header count) – an upper bound.
 const recordOverhead = 64
 
-// stagingKV buffers one Offer's writes over the batch's Txn, so that a step
-// whose outputs are too large can be discarded before anything of it is
-// staged. Offers write a handful of keys: a slice with linear search.
-type stagingKV struct {
-	base   projection.KV
-	writes []stagedWrite
-}
-
-type stagedWrite struct {
-	key, val []byte
-	deleted  bool
-}
-
-func (s *stagingKV) find(key []byte) int {
-	for i := len(s.writes) - 1; i >= 0; i-- {
-		if bytes.Equal(s.writes[i].key, key) {
-			return i
-		}
-	}
-	return -1
-}
-
-func (s *stagingKV) Get(key []byte) ([]byte, bool, error) {
-	if i := s.find(key); i >= 0 {
-		w := s.writes[i]
-		return w.val, !w.deleted, nil
-	}
-	return s.base.Get(key)
-}
-
-func (s *stagingKV) put(w stagedWrite) {
-	if i := s.find(w.key); i >= 0 {
-		s.writes[i] = w
-		return
-	}
-	s.writes = append(s.writes, w)
-}
-
-func (s *stagingKV) Set(key, val []byte) { s.put(stagedWrite{key: key, val: val}) }
-func (s *stagingKV) Delete(key []byte)   { s.put(stagedWrite{key: key, deleted: true}) }
-
-// Scan merges the staged writes into the base's view.
-func (s *stagingKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
-	var mine []stagedWrite
-	for _, w := range s.writes {
-		if bytes.HasPrefix(w.key, prefix) {
-			mine = append(mine, w)
-		}
-	}
-	if len(mine) == 0 {
-		return s.base.Scan(prefix, fn)
-	}
-	type kv struct{ k, v []byte }
-	var all []kv
-	if err := s.base.Scan(prefix, func(k, v []byte) error {
-		all = append(all, kv{bytes.Clone(k), bytes.Clone(v)})
-		return nil
-	}); err != nil {
-		return err
-	}
-	for _, w := range mine {
-		i := sort.Search(len(all), func(i int) bool { return bytes.Compare(all[i].k, w.key) >= 0 })
-		found := i < len(all) && bytes.Equal(all[i].k, w.key)
-		switch {
-		case w.deleted && found:
-			all = append(all[:i], all[i+1:]...)
-		case w.deleted:
-		case found:
-			all[i].v = w.val
-		default:
-			all = append(all, kv{})
-			copy(all[i+1:], all[i:])
-			all[i] = kv{w.key, w.val}
-		}
-	}
-	for _, e := range all {
-		if err := fn(e.k, e.v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// flush stages the buffered writes in the batch's Txn.
-func (s *stagingKV) flush() {
-	for _, w := range s.writes {
-		if w.deleted {
-			s.base.Delete(w.key)
-		} else {
-			s.base.Set(w.key, w.val)
-		}
-	}
-	s.writes = s.writes[:0]
-}
-
 // aggHeaderBound bounds an aggregate state record's bytes before its
 // document (format, version, deleted flag, held count and since).
 const aggHeaderBound = 32
@@ -125,7 +29,7 @@ const aggHeaderBound = 32
 // the aggregate's state record after it (a changelog record), its
 // projection record and its intent records; then the staged state records
 // (held events are stored in their wrapper).
-func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *stagingKV, aggKeyLen int) (string, int) {
+func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *staging.Overlay, aggKeyLen int) (string, int) {
 	limit := p.cfg.MaxRecordBytes
 	for i := range step.Changes {
 		c := &step.Changes[i]
@@ -165,8 +69,8 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 			}
 		}
 	}
-	for _, w := range kv.writes {
-		if n := len(w.key) + len(w.val) + recordOverhead; !w.deleted && n > limit {
+	for _, w := range kv.Writes() {
+		if n := len(w.Key) + len(w.Val) + recordOverhead; !w.Deleted && n > limit {
 			return fmt.Sprintf("the event's state record (changelog, or held-event wrapper) would be %d bytes, over kafka.maxRecordBytes %d", n, limit), len(step.Changes) - 1
 		}
 	}
@@ -178,7 +82,7 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 // the aggregate's later versions are held behind the missing one) and
 // tooBig says why.
 func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *projection.Event, src projection.Source) (step projection.Step, tooBig string, err error) {
-	kv := &stagingKV{base: b.Txn}
+	kv := staging.New(b.Txn)
 	step, err = g.Offer(kv, t.Prefix, ev, src, b.Now)
 	if err != nil {
 		return step, "", err
@@ -189,7 +93,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 		// Held events drained after the offered one, and one of them is
 		// too large: apply the offered event alone, leaving them held (they
 		// wait under the gap policy).
-		kv = &stagingKV{base: b.Txn}
+		kv = staging.New(b.Txn)
 		if step, err = g.OfferHoldingBack(kv, t.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
@@ -204,7 +108,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 	if msg != "" {
 		return projection.Step{}, msg, nil
 	}
-	kv.flush()
+	kv.Flush()
 	return step, "", nil
 }
 
@@ -218,14 +122,14 @@ func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard,
 	aggKeyLen := len(projection.AggregateKey(prefix, g.P.Name, aggregate))
 	var stop int64
 	for {
-		kv := &stagingKV{base: b.Txn}
+		kv := staging.New(b.Txn)
 		step, err = g.ExpireBefore(kv, prefix, aggregate, pol, b.Now, hold, stop)
 		if err != nil {
 			return step, nil, "", err
 		}
 		msg, at := p.tooLarge(g, &step, kv, aggKeyLen)
 		if msg == "" {
-			kv.flush()
+			kv.Flush()
 			return step, dropped, why, nil
 		}
 		if at < 0 || (stop != 0 && step.Changes[at].Version >= stop) {

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/projector-dev/projector/internal/staging"
 )
 
 // MemKV is an in-memory KV for tests and tools. It is safe for concurrent
@@ -70,11 +72,11 @@ func NewMemStore() *MemStore { return &MemStore{KV: NewMemKV()} }
 func (s *MemStore) Update(fn func(*Ledger) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tx := newOverlay(s.KV)
+	tx := staging.New(s.KV)
 	if err := fn(NewLedger(tx, s.Prefix)); err != nil {
 		return err
 	}
-	tx.merge()
+	tx.Flush()
 	return nil
 }
 
@@ -82,5 +84,5 @@ func (s *MemStore) Update(fn func(*Ledger) error) error {
 func (s *MemStore) View(fn func(*Ledger) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fn(NewLedger(newOverlay(s.KV), s.Prefix))
+	return fn(NewLedger(staging.New(s.KV), s.Prefix))
 }

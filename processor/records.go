@@ -2,7 +2,6 @@ package processor
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/command"
 	"github.com/projector-dev/projector/internal/envelope"
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/internal/receipt"
@@ -27,13 +27,18 @@ const (
 	HeaderSource       = eos.HeaderSource
 )
 
-// process handles one input record.
+// process handles one input record: an operator command (applyCommand), or
+// an event, in this order: decode (an invalid record is dead-lettered),
+// dedup (a duplicate or a conflict stops here), the versioned projections'
+// check of aggregateVersion, the dedup mark, then one guard step per
+// projection that takes the aggregate type. An event that came through the
+// ingress gets its receipt once its outcome is known.
 func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	tl := p.tallyOf(b)
 	var origin []byte // the ingress header: this record wants a receipt
 	for _, h := range r.Headers {
 		if h.Key == HeaderCommand {
-			return p.command(b, t, r)
+			return p.applyCommand(b, t, r)
 		}
 		if h.Key == receipt.Header {
 			origin = h.Value
@@ -41,16 +46,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	}
 	var ev envelope.Event
 	if err := envelope.DecodeInto(r.Value, p.cfg.MaxRecordBytes, &ev); err != nil {
-		reason, msg := "invalid:value", err.Error()
-		var ee *envelope.Error
-		if errors.As(err, &ee) {
-			reason = ee.Reason()
-		}
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, reason, msg)
-		tl.add("", "invalid")
-		if origin != nil {
-			p.receipt(b, r, origin, &receipt.Receipt{Outcome: "invalid", Reason: reason})
-		}
+		p.rejectInvalid(b, t, r, origin, err)
 		return nil
 	}
 	var arr [4]*projection.Guard // matched guards, usually one: no allocation
@@ -77,28 +73,9 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		tl.addAll(matched, "conflict")
 		return nil
 	}
-	// An event without aggregateVersion is rejected by each versioned
-	// projection it matches (one dead letter for the record, naming them)
-	// and applied by the unversioned ones: the version is required per
-	// projection, so a rebuild of either kind alone does what live does for
-	// it. The dedup mark does not depend on the projections: a redelivery is
-	// a duplicate for all of them, live and in a rebuild.
 	var rejected []string
 	if ev.AggregateVersion == 0 {
-		offer := matched[:0:0]
-		for _, g := range matched {
-			if g.P.Versioned {
-				rejected = append(rejected, g.P.Name)
-				tl.add(g.P.Name, "invalid")
-			} else {
-				offer = append(offer, g)
-			}
-		}
-		if rejected != nil {
-			p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:aggregateVersion",
-				"envelope: invalid aggregateVersion: required by versioned projection "+strings.Join(rejected, ", "))
-			matched = offer
-		}
+		matched, rejected = p.rejectUnversioned(b, t, r, matched)
 	}
 	p.cfg.Dedup.Mark(b.Txn, ts.filter, &tl.seg, t.Prefix, r.Offset, id, fp, b.Now)
 	// The receipt of an ingested event is written only here, where the
@@ -110,7 +87,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		defer p.receipt(b, r, origin, rc)
 		for _, name := range rejected {
 			rc.Set(name, "invalid")
-			rc.Reason = "invalid:aggregateVersion"
+			rc.Reason = reasonNoVersion
 		}
 	}
 	if len(matched) == 0 {
@@ -122,10 +99,65 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		}
 		return nil
 	}
-	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
-	var tooLarge []string // "projection p: why", one dead letter for the record naming them
+	return p.offerAll(b, t, r, &ev, matched, rc)
+}
+
+// reasonNoVersion dead-letters an event without aggregateVersion that a
+// versioned projection takes.
+const reasonNoVersion = "invalid:aggregateVersion"
+
+// rejectInvalid dead-letters a record that is not a valid envelope, with
+// the envelope's reason (invalid:<field>, or invalid:value when it is not
+// even JSON), and files its receipt when it came through the ingress.
+func (p *Processor) rejectInvalid(b *eos.Batch, t *eos.Task, r *kgo.Record, origin []byte, err error) {
+	reason, msg := command.ReasonInvalidValue, err.Error()
+	var ee *envelope.Error
+	if errors.As(err, &ee) {
+		reason = ee.Reason()
+	}
+	p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, reason, msg)
+	p.tallyOf(b).add("", "invalid")
+	if origin != nil {
+		p.receipt(b, r, origin, &receipt.Receipt{Outcome: "invalid", Reason: reason})
+	}
+}
+
+// rejectUnversioned handles an event without aggregateVersion: it is
+// rejected by each versioned projection it matches (one dead letter for the
+// record, naming them) and applied by the unversioned ones, which it
+// returns with the names of the rejecting projections. The version is
+// required per projection, so a rebuild of either kind alone does what live
+// does for it. The dedup mark does not depend on the projections: a
+// redelivery is a duplicate for all of them, live and in a rebuild.
+func (p *Processor) rejectUnversioned(b *eos.Batch, t *eos.Task, r *kgo.Record, matched []*projection.Guard) (offer []*projection.Guard, rejected []string) {
+	tl := p.tallyOf(b)
+	offer = matched[:0:0]
 	for _, g := range matched {
-		step, tooBig, err := p.offer(b, t, g, &ev, src)
+		if g.P.Versioned {
+			rejected = append(rejected, g.P.Name)
+			tl.add(g.P.Name, "invalid")
+		} else {
+			offer = append(offer, g)
+		}
+	}
+	if rejected == nil {
+		return matched, nil
+	}
+	p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, reasonNoVersion,
+		"envelope: invalid aggregateVersion: required by versioned projection "+strings.Join(rejected, ", "))
+	return offer, rejected
+}
+
+// offerAll offers a new event to each matched projection's guard, emits
+// each step's outputs and tallies the outcomes (into rc too, when the event
+// wants a receipt). A step whose outputs would exceed the record limit is
+// discarded; the record gets one too-large dead letter naming them all.
+func (p *Processor) offerAll(b *eos.Batch, t *eos.Task, r *kgo.Record, ev *envelope.Event, matched []*projection.Guard, rc *receipt.Receipt) error {
+	tl := p.tallyOf(b)
+	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
+	var tooLarge []string // "projection p: why"
+	for _, g := range matched {
+		step, tooBig, err := p.offer(b, t, g, ev, src)
 		if err != nil {
 			return err
 		}
@@ -150,6 +182,8 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	return nil
 }
 
+// outcomeLabel is a guard step's outcome as the outcome label of the events
+// counter and the receipt.
 func outcomeLabel(o projection.Outcome) string {
 	switch o {
 	case projection.Applied:
@@ -184,17 +218,8 @@ func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, agg
 	}
 }
 
-// trackGap records the aggregate's gap state for the task's gap index (b is
-// the task's batch), applied once the transaction commits (tally.committed).
-func (p *Processor) trackGap(b *eos.Batch, k gapKey, step projection.Step) {
-	tl := p.tallyOf(b)
-	c := gapChange{key: k}
-	if step.HeldCount > 0 {
-		c.since = step.HeldSince
-	}
-	tl.gaps = append(tl.gaps, c)
-}
-
+// deadLetter dead-letters a record in the batch's transaction and counts
+// it under its reason when the transaction commits.
 func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {
 	b.DeadLetter(id, offset, key, value, reason, msg)
 	p.tallyOf(b).deadLetter(reason)
@@ -215,78 +240,4 @@ func (p *Processor) tallyOf(b *eos.Batch) *tally {
 	b.OnCommit(tl.committed)
 	b.OnCommitted(func() { p.stats.addTally(tl) })
 	return tl
-}
-
-// HeaderCommand marks an input record that is an operator command, not an
-// event. Commands travel through the input topic (keyed by aggregate id, so
-// they reach the partition that holds the aggregate) and are applied by that
-// partition's owner inside its transaction, in order with the events.
-const HeaderCommand = "projector-command"
-
-// Command is an operator command on the input topic.
-type Command struct {
-	Op         string `json:"op"`                   // "skip-gap"
-	Projection string `json:"projection,omitempty"` // empty: every projection
-	Aggregate  string `json:"aggregate"`
-	Note       string `json:"note,omitempty"`
-}
-
-// command applies an operator command. A command that cannot apply is
-// dead-lettered with the reason, so the operator sees why.
-func (p *Processor) command(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
-	var c Command
-	if err := json.Unmarshal(r.Value, &c); err != nil || c.Op != "skip-gap" || c.Aggregate == "" {
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:value", fmt.Sprintf("bad operator command %q", eos.Truncate(r.Value, 256)))
-		return nil
-	}
-	skipped := 0
-	for _, g := range p.guards {
-		if c.Projection != "" && g.P.Name != c.Projection {
-			continue
-		}
-		step, dropped, why, err := p.expireStep(b, t.Prefix, g, c.Aggregate, projection.Skip, 0)
-		if err != nil {
-			return err
-		}
-		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, t, g, c.Aggregate, step) // updates the gap index when events were held
-		p.deadLetterTooLarge(b, t, g, dropped, why)
-		skipped += len(step.Changes)
-		if dropped != nil {
-			skipped++
-		}
-		if len(step.Changes) > 0 {
-			p.cfg.Logger.Info("gap skipped by operator", "projection", g.P.Name, "aggregate", c.Aggregate,
-				"from", step.Changes[0].Version, "applied", len(step.Changes), "stillHeld", step.HeldCount, "note", c.Note)
-		}
-	}
-	if skipped == 0 {
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, "invalid:value",
-			fmt.Sprintf("skip-gap: aggregate %q holds no events in %s", c.Aggregate, t.ID))
-	}
-	return nil
-}
-
-// receipts reports whether this processor writes ingress receipts.
-func (p *Processor) receipts() bool { return p.cfg.Mode == Live && p.cfg.ReceiptsTopic != "" }
-
-// receipt produces the receipt of an ingested record into the batch's
-// transaction. A malformed origin header (not written by the ingress) gets
-// no receipt: there is no key to file it under.
-func (p *Processor) receipt(b *eos.Batch, r *kgo.Record, origin []byte, rc *receipt.Receipt) {
-	if !p.receipts() {
-		return
-	}
-	o, err := receipt.ParseOrigin(origin)
-	if err != nil {
-		p.cfg.Logger.Warn("input record with a malformed ingress header: no receipt written",
-			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-		return
-	}
-	rc.Origin = o
-	rc.Topic, rc.Partition, rc.Offset = r.Topic, r.Partition, r.Offset
-	if rc.Outcome == "" { // no projection takes this aggregate type
-		rc.Outcome = "filtered"
-	}
-	b.Produce(&kgo.Record{Topic: p.cfg.ReceiptsTopic, Key: []byte(receipt.Key(o.TenantID, o.Key, o.Index)), Value: rc.Encode()})
 }

@@ -1,0 +1,164 @@
+package sideeffects
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/projector-dev/projector/internal/config"
+)
+
+// Store gives the Runner transactional access to one ledger (in the
+// processor: the ledger of one effects-topic partition).
+type Store interface {
+	// Update runs fn on the ledger in one transaction and returns nil only
+	// once the writes are durably committed: for the processor, the Kafka
+	// transaction that carries them as changelog records has committed and
+	// then Pebble has been written. If fn or the commit fails, none of the
+	// writes may take effect. The Runner calls Update from several workers at
+	// once; an implementation serialises them (or commits a group of them in
+	// one transaction), and every fn must read what earlier Updates committed.
+	Update(fn func(*Ledger) error) error
+	// View runs fn on the latest committed state; writes are discarded.
+	View(fn func(*Ledger) error) error
+}
+
+// Effect is how the Runner executes one configured effect.
+type Effect struct {
+	Executor Executor
+	// MaxAttempts bounds the calls per key; default config.DefaultMaxAttempts.
+	MaxAttempts int
+	// OnUnknown is config.OnUnknownRetry (default) or config.OnUnknownPark.
+	OnUnknown string
+	// Timeout bounds one call: the Runner cancels it at the attempt's start
+	// (as recorded in the ledger) plus Timeout, and retries an unknown
+	// outcome no sooner than that deadline plus DeadlineMargin. Zero takes
+	// the executor's own timeout if it is a *Webhook with one, else
+	// config.DefaultWebhookTimeout.
+	Timeout time.Duration
+}
+
+// DeadlineMargin is added to an attempt's deadline (its start plus the
+// effect's Timeout) before its unknown outcome may be retried. The start was
+// read from the clock of the instance that made the call, and the retry is
+// decided by another instance's clock after a rebalance or a crash; hosts
+// kept by NTP agree to within milliseconds, so a second covers their skew,
+// and a call's own scheduling lag, with room to spare.
+const DeadlineMargin = time.Second
+
+// EffectsFromConfig builds the Runner's effects from the configuration, each
+// with a Webhook executor.
+func EffectsFromConfig(ses []config.SideEffect) map[string]Effect {
+	m := make(map[string]Effect, len(ses))
+	for _, s := range ses {
+		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,
+			Timeout: time.Duration(s.Webhook.Timeout)}
+	}
+	return m
+}
+
+// DefaultWorkers is the default number of concurrent calls of a Runner.
+const DefaultWorkers = 4
+
+// RunnerConfig configures a Runner. Zero values take the documented defaults.
+type RunnerConfig struct {
+	Store   Store             // required
+	Effects map[string]Effect // by effect name; entries of other effects are left alone
+	// Workers bounds concurrent executor calls; default DefaultWorkers.
+	Workers int
+	// Backoff is the delay before retry n (n ≥ 1); default Backoff with a
+	// private random source.
+	Backoff func(n int) time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// OnChange, if set, is called after every transition the Runner
+	// committed (from several goroutines): the hook for metrics.
+	OnChange func(Entry)
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Calls is the registry of calls in flight in this process, shared by
+	// the Runners that may execute the same keys: a Worker's Runners, and
+	// above all the successive Runners of one partition. Nil gives the
+	// Runner its own.
+	Calls *Calls
+	// Scope names the Runner's ledger among those sharing Calls (the
+	// worker's: the partition's task prefix), so that a handed-over outcome
+	// is recorded only in the ledger its attempt belongs to.
+	Scope string
+	// Report, if set, is told the outcome of an attempt the Runner could
+	// not record (its partition was revoked during the call): the worker
+	// sends it to the partition's next owner, in whatever process, which
+	// records it instead of calling the key again (Command op "outcome").
+	Report func(key string, n int, a Attempt, to Status, next time.Time)
+}
+
+// Validate reports a configuration the Runner cannot work with.
+func (c *RunnerConfig) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("sideeffects: RunnerConfig.Store is required"))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("sideeffects: RunnerConfig.Workers must not be negative, got %d", c.Workers))
+	}
+	for name, e := range c.Effects {
+		if e.Executor == nil {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: no executor", name))
+		}
+		if e.MaxAttempts < 0 {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: MaxAttempts must not be negative", name))
+		}
+		if e.Timeout < 0 {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: Timeout must not be negative", name))
+		}
+		if e.OnUnknown != "" && e.OnUnknown != config.OnUnknownRetry && e.OnUnknown != config.OnUnknownPark {
+			errs = append(errs, fmt.Errorf("sideeffects: effect %s: OnUnknown must be %q or %q, got %q",
+				name, config.OnUnknownRetry, config.OnUnknownPark, e.OnUnknown))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *RunnerConfig) applyDefaults() {
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Calls == nil {
+		c.Calls = NewCalls()
+	}
+	if c.Backoff == nil {
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		c.Backoff = func(n int) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return Backoff(n, rng)
+		}
+	}
+	effects := make(map[string]Effect, len(c.Effects))
+	for name, e := range c.Effects {
+		if e.MaxAttempts == 0 {
+			e.MaxAttempts = config.DefaultMaxAttempts
+		}
+		if e.OnUnknown == "" {
+			e.OnUnknown = config.OnUnknownRetry
+		}
+		if e.Timeout == 0 {
+			e.Timeout = config.DefaultWebhookTimeout
+			if w, ok := e.Executor.(*Webhook); ok && w.Timeout > 0 {
+				e.Timeout = w.Timeout
+			}
+		}
+		effects[name] = e
+	}
+	c.Effects = effects
+}

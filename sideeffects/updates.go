@@ -1,0 +1,129 @@
+package sideeffects
+
+import (
+	"time"
+
+	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/staging"
+)
+
+// request is one Runner Update waiting for the loop.
+type request struct {
+	task  *eos.Task
+	fn    func(*Ledger) error
+	reply chan error
+	// blocked: it writes to a partition the client holds no offset for
+	// yet; Due ignores it until a transaction owns the partition.
+	blocked bool
+}
+
+// Due reports queued updates that Begin can act on: those of verified tasks,
+// except the ones already found to need a partition the group holds no
+// offset for (they wait for the task's first records).
+func (h *workerHandler) Due(time.Time) bool {
+	w := (*Worker)(h)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.requests {
+		if r.task.Verified() && !r.blocked {
+			return true
+		}
+	}
+	return false
+}
+
+// Begin applies the Runners' queued ledger updates, each in its own overlay
+// so that a failing one leaves nothing behind; their callers are answered
+// once the transaction commits. Only updates of tasks the transaction owns
+// (owned and verified at its start) are applied: an update of a revoked or
+// lost partition is refused, one of a partition being restored again waits.
+func (h *workerHandler) Begin(b *eos.Batch) error {
+	w := (*Worker)(h)
+	w.mu.Lock()
+	reqs := w.requests
+	w.requests = nil
+	w.mu.Unlock()
+	var ok, wait []*request
+	for _, r := range reqs {
+		wt, _ := r.task.Data.(*workerTask)
+		switch {
+		case wt != nil && wt.revoked.Load():
+			r.reply <- ErrRevoked
+			continue
+		case !b.Owns(r.task) && !r.task.Verified():
+			wait = append(wait, r) // being restored again
+			continue
+		case !b.Owns(r.task):
+			// Verified, but the client holds no offset for the
+			// partition: never committed (a new partition), or lost
+			// and about to be revoked (Loop.dropLost). A write here
+			// could not be fenced. An update that writes nothing
+			// (Recover of a ledger with no call in flight) is done;
+			// one that writes waits for an owned transaction.
+			ov := staging.New(staging.ReadOnly{Store: w.cfg.Store})
+			if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
+				r.reply <- err
+			} else if len(ov.Writes()) == 0 {
+				r.reply <- nil
+			} else {
+				r.blocked = true
+				wait = append(wait, r)
+			}
+			continue
+		}
+		r.blocked = false
+		ov := staging.New(b.For(r.task).Txn)
+		if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
+			r.reply <- err
+			continue
+		}
+		ov.Flush()
+		ok = append(ok, r)
+	}
+	if len(wait) > 0 {
+		w.mu.Lock()
+		w.requests = append(wait, w.requests...)
+		w.mu.Unlock()
+	}
+	if len(ok) > 0 {
+		b.OnCommit(func() {
+			for _, r := range ok {
+				r.reply <- nil
+			}
+		})
+		b.OnAbort(func() {
+			// The transaction did not commit (a rebalance, an abortable
+			// error): run the updates again in the next one, against the
+			// state as committed. Each update re-reads the ledger, so a
+			// second run decides afresh. Updates of a partition we no
+			// longer own are answered by Revoked.
+			w.mu.Lock()
+			w.requests = append(ok, w.requests...)
+			w.mu.Unlock()
+			w.loop.Wake()
+		})
+	}
+	return nil
+}
+
+// taskStore is a Runner's Store: updates go through the worker's loop.
+type taskStore struct {
+	w    *Worker
+	task *eos.Task
+}
+
+func (s *taskStore) Update(fn func(*Ledger) error) error {
+	if wt, ok := s.task.Data.(*workerTask); ok && wt.revoked.Load() {
+		return ErrRevoked
+	}
+	r := &request{task: s.task, fn: fn, reply: make(chan error, 1)}
+	s.w.mu.Lock()
+	s.w.requests = append(s.w.requests, r)
+	s.w.mu.Unlock()
+	s.w.loop.Wake()
+	return <-r.reply
+}
+
+func (s *taskStore) View(fn func(*Ledger) error) error {
+	return fn(NewLedger(staging.ReadOnly{Store: s.w.cfg.Store}, s.task.Prefix))
+}

@@ -1,0 +1,137 @@
+package sideeffects
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/command"
+	"github.com/projector-dev/projector/internal/eos"
+)
+
+// workerTask is what the worker keeps for an owned partition (eos.Task.Data):
+// its Runner and how to stop it.
+type workerTask struct {
+	runner *Runner
+	cancel context.CancelFunc
+	done   chan struct{}
+	ledger []byte // ledger prefix (the task prefix)
+	// revoked is set when the partition is revoked: from then on this
+	// runner's updates are refused, even those it makes while winding down,
+	// so that it can never race the partition's next runner (here or on
+	// another instance) over the same ledger entries.
+	revoked atomic.Bool
+}
+
+// workerHandler is the worker as an eos.Handler.
+type workerHandler Worker
+
+func (h *workerHandler) Restored(t *eos.Task) error {
+	w := (*Worker)(h)
+	if t.Data != nil {
+		return nil // restored again after an abort: the runner keeps going
+	}
+	if !t.Verified() {
+		// The first restore on assignment: a previous owner's transaction
+		// may still be open (it may have started a key and called its
+		// receiver). The Runner starts at verification, when that has
+		// resolved and the ledger shows it.
+		return nil
+	}
+	ctx, cancel := context.WithCancel(w.runCtx)
+	wt := &workerTask{cancel: cancel, done: make(chan struct{}), ledger: t.Prefix}
+	r, err := NewRunner(RunnerConfig{
+		Store: &taskStore{w: w, task: t}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
+		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
+		Calls: w.calls, Scope: string(t.Prefix), Report: w.report, OnChange: w.changed,
+	})
+	if err != nil {
+		cancel()
+		return err
+	}
+	w.mu.Lock()
+	if ctx.Err() != nil { // the worker is stopping: start no Runner
+		w.mu.Unlock()
+		cancel()
+		return nil
+	}
+	w.runnersWG.Add(1)
+	w.mu.Unlock()
+	wt.runner = r
+	t.Data = wt
+	w.stats.track(r)
+	go func() {
+		defer w.runnersWG.Done()
+		defer w.stats.untrack(r)
+		defer close(wt.done)
+		if err := r.Run(ctx); err != nil && !errors.Is(err, ErrRevoked) && ctx.Err() == nil {
+			// Its partition's keys wait until the partition is assigned
+			// again (a restart or a rebalance): say so loudly.
+			w.cfg.Logger.Error("side-effect runner stopped; its partition executes nothing until reassigned", "partition", t.ID.Partition, "err", err)
+		}
+	}()
+	return nil
+}
+
+func (h *workerHandler) Revoked(t *eos.Task) {
+	if wt, ok := t.Data.(*workerTask); ok {
+		wt.revoked.Store(true)
+		wt.cancel()
+	}
+	w := (*Worker)(h)
+	// Updates still queued for this task can no longer be committed by us.
+	w.mu.Lock()
+	keep := w.requests[:0]
+	var drop []*request
+	for _, r := range w.requests {
+		if r.task == t {
+			drop = append(drop, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	w.requests = keep
+	w.mu.Unlock()
+	for _, r := range drop {
+		r.reply <- ErrRevoked
+	}
+}
+
+// Process offers one intent (or applies one operator command).
+func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
+	w := (*Worker)(h)
+	l := NewLedger(b.Txn, t.Prefix)
+	wt, _ := t.Data.(*workerTask)
+	for _, hd := range r.Headers {
+		if hd.Key == HeaderCommand {
+			return w.applyCommand(b, t, r)
+		}
+	}
+	in, err := ParseIntent(r.Value)
+	if err != nil {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
+		return nil
+	}
+	e, dup, err := l.Offer(in, b.Now)
+	if err != nil {
+		var te *TransitionError
+		if errors.As(err, &te) || errors.Is(err, ErrBadIntent) {
+			b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
+			return nil
+		}
+		return err
+	}
+	if dup {
+		b.OnCommit(func() { w.stats.add(in.Effect, "duplicate") })
+		return nil
+	}
+	b.OnCommit(func() {
+		w.stats.add(e.Effect, "pending")
+		if wt != nil {
+			wt.runner.Enqueue(e.Key)
+		}
+	})
+	return nil
+}
