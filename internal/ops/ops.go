@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/topicread"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )
@@ -278,7 +279,7 @@ func (q Query) selects(proj, agg string) bool {
 
 // stableEnds returns, per changelog partition that has committed records,
 // the range [start, last stable offset) to read.
-func stableEnds(ctx context.Context, t Target, topics map[string]string, only map[string][]int32) (map[string]map[int32][2]int64, error) {
+func stableEnds(ctx context.Context, t Target, topics map[string]string, only map[string][]int32) (map[string]map[int32]topicread.Range, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(t.Brokers...)}, t.ClientOpts...)...)
 	if err != nil {
 		return nil, err
@@ -321,7 +322,7 @@ func stableEnds(ctx context.Context, t Target, topics map[string]string, only ma
 	if err != nil {
 		return nil, fmt.Errorf("ops: list stable offsets of %s: %w", strings.Join(names, ", "), err)
 	}
-	out := map[string]map[int32][2]int64{}
+	out := map[string]map[int32]topicread.Range{}
 	lsos.Each(func(o kadm.ListedOffset) {
 		if only != nil && !contains(only[topics[o.Topic]], o.Partition) {
 			return
@@ -331,9 +332,9 @@ func stableEnds(ctx context.Context, t Target, topics map[string]string, only ma
 			return
 		}
 		if out[o.Topic] == nil {
-			out[o.Topic] = map[int32][2]int64{}
+			out[o.Topic] = map[int32]topicread.Range{}
 		}
-		out[o.Topic][o.Partition] = [2]int64{s.Offset, o.Offset}
+		out[o.Topic][o.Partition] = topicread.Range{Start: s.Offset, End: o.Offset}
 	})
 	return out, nil
 }
@@ -349,76 +350,21 @@ func contains(ps []int32, p int32) bool {
 
 // consume reads each partition in ends from its start to its end, committed
 // records only, in offset order per partition.
-func consume(ctx context.Context, t Target, ends map[string]map[int32][2]int64, fn func(*kgo.Record) error) error {
-	if len(ends) == 0 {
-		return nil
-	}
-	offsets := map[string]map[int32]kgo.Offset{}
-	left := 0
-	for tp, ps := range ends {
-		offsets[tp] = map[int32]kgo.Offset{}
-		for p, r := range ps {
-			offsets[tp][p] = kgo.NewOffset().At(r[0])
-			left++
-		}
-	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(t.Brokers...),
-		kgo.ConsumePartitions(offsets),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// A committed range ends with a transaction marker: keeping the
-		// markers is what lets the read see that it reached the end.
-		kgo.KeepControlRecords(),
-	}, t.ClientOpts...)...)
-	if err != nil {
+func consume(ctx context.Context, t Target, ends map[string]map[int32]topicread.Range, fn func(*kgo.Record) error) error {
+	opts := append([]kgo.Opt{kgo.SeedBrokers(t.Brokers...)}, t.ClientOpts...)
+	var fnErr error
+	err := topicread.Partitions(ctx, opts, ends, t.Stall, func(r *kgo.Record) error {
+		fnErr = fn(r)
+		return fnErr
+	})
+	var stall *topicread.StallError
+	switch {
+	case fnErr != nil || ctx.Err() != nil:
 		return err
-	}
-	defer cl.Close()
-	done := map[string]map[int32]bool{}
-	last := time.Now()
-	for left > 0 {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var ferr error
-		fs.EachError(func(tp string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
-				ferr = fmt.Errorf("ops: read %s/%d: %w", tp, p, err)
-			}
-		})
-		if ferr != nil {
-			return ferr
-		}
-		got := false
-		var rerr error
-		fs.EachRecord(func(r *kgo.Record) {
-			rng, ok := ends[r.Topic][r.Partition]
-			if rerr != nil || !ok || done[r.Topic][r.Partition] || r.Offset >= rng[1] {
-				return
-			}
-			got = true
-			if !r.Attrs.IsControl() {
-				rerr = fn(r)
-			}
-			if r.Offset+1 >= rng[1] {
-				if done[r.Topic] == nil {
-					done[r.Topic] = map[int32]bool{}
-				}
-				done[r.Topic][r.Partition] = true
-				left--
-			}
-		})
-		if rerr != nil {
-			return rerr
-		}
-		if got {
-			last = time.Now()
-		} else if time.Since(last) > t.Stall {
-			return fmt.Errorf("%w: no record for %s with %d partitions still to read", ErrStall, t.Stall, left)
-		}
+	case errors.As(err, &stall):
+		return fmt.Errorf("%w: %v", ErrStall, stall)
+	case err != nil:
+		return fmt.Errorf("ops: %w", err)
 	}
 	return nil
 }
