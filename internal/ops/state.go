@@ -174,81 +174,112 @@ func Read(ctx context.Context, t Target, q Query) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	aggs := map[aggKey]*Aggregate{}
-	held := map[aggKey]map[int64]*Held{}
-	inline := map[aggKey]*Held{} // the held event each aggregate record carries, as of its latest record
-	get := func(k aggKey) *Aggregate {
-		a := aggs[k]
-		if a == nil {
-			a = &Aggregate{Projection: k.projection, Aggregate: k.aggregate, Input: k.input, Partition: k.partition}
-			aggs[k] = a
-		}
-		return a
-	}
-	st := &State{}
-	err = consume(ctx, t, ends, func(r *kgo.Record) error {
-		st.Records++
-		if len(r.Key) == 0 {
-			return nil
-		}
-		in := topics[r.Topic]
-		switch r.Key[0] {
-		case projection.KindAggregate:
-			proj, agg, err := projection.ParseAggregateKey(r.Key)
-			if err != nil || !q.selects(proj, agg) {
-				return nil
-			}
-			a := get(aggKey{proj, agg, in, r.Partition})
-			if r.Value == nil { // deleted from state (never written by the guard today)
-				*a = Aggregate{Projection: a.Projection, Aggregate: a.Aggregate, Input: a.Input, Partition: a.Partition}
-				return nil
-			}
-			snap, err := projection.DecodeSnapshot(r.Value)
-			if err != nil {
-				return fmt.Errorf("ops: %s/%d offset %d: aggregate %q of %s: %w", r.Topic, r.Partition, r.Offset, agg, proj, err)
-			}
-			a.Found, a.Version, a.Deleted, a.HeldSince = true, snap.Version, snap.Deleted, snap.HeldSince
-			k := aggKey{proj, agg, in, r.Partition}
-			delete(inline, k)
-			if h := snap.Inline; h != nil {
-				inline[k] = heldOf(h.Version, h.At, h.Source)
-			}
-			a.State = nil
-			if q.States && !snap.Deleted && len(snap.State) > 0 {
-				a.State = append(json.RawMessage(nil), snap.State...)
-			}
-		case projection.KindHeld:
-			proj, agg, v, err := projection.ParseHeldKey(r.Key)
-			if err != nil || !q.selects(proj, agg) {
-				return nil
-			}
-			k := aggKey{proj, agg, in, r.Partition}
-			if r.Value == nil {
-				delete(held[k], v)
-				return nil
-			}
-			at, src, err := projection.DecodeHeld(r.Value)
-			if err != nil {
-				return fmt.Errorf("ops: %s/%d offset %d: held event v%d of %q in %s: %w", r.Topic, r.Partition, r.Offset, v, agg, proj, err)
-			}
-			if held[k] == nil {
-				held[k] = map[int64]*Held{}
-			}
-			held[k][v] = heldOf(v, at, src)
-			get(k)
-		}
-		return nil
-	})
-	if err != nil {
+	b := &stateBuilder{q: q, topics: topics, aggs: map[aggKey]*Aggregate{},
+		held: map[aggKey]map[int64]*Held{}, inline: map[aggKey]*Held{}}
+	if err := consume(ctx, t, ends, b.add); err != nil {
 		return nil, err
 	}
-	for k, a := range aggs {
-		for _, h := range held[k] {
+	return b.state(), nil
+}
+
+// stateBuilder keeps the last value per changelog key, as a restore would,
+// for the aggregates a query selects.
+type stateBuilder struct {
+	q       Query
+	topics  map[string]string // changelog → input
+	records int
+	aggs    map[aggKey]*Aggregate
+	held    map[aggKey]map[int64]*Held
+	inline  map[aggKey]*Held // the held event each aggregate record carries, as of its latest record
+}
+
+func (b *stateBuilder) get(k aggKey) *Aggregate {
+	a := b.aggs[k]
+	if a == nil {
+		a = &Aggregate{Projection: k.projection, Aggregate: k.aggregate, Input: k.input, Partition: k.partition}
+		b.aggs[k] = a
+	}
+	return a
+}
+
+// add takes one changelog record.
+func (b *stateBuilder) add(r *kgo.Record) error {
+	b.records++
+	if len(r.Key) == 0 {
+		return nil
+	}
+	switch r.Key[0] {
+	case projection.KindAggregate:
+		return b.addAggregate(r)
+	case projection.KindHeld:
+		return b.addHeld(r)
+	}
+	return nil
+}
+
+// addAggregate takes an aggregate record: its version, deletion, state and
+// the held event it carries inline.
+func (b *stateBuilder) addAggregate(r *kgo.Record) error {
+	proj, agg, err := projection.ParseAggregateKey(r.Key)
+	if err != nil || !b.q.selects(proj, agg) {
+		return nil
+	}
+	k := aggKey{proj, agg, b.topics[r.Topic], r.Partition}
+	a := b.get(k)
+	if r.Value == nil { // deleted from state (never written by the guard today)
+		*a = Aggregate{Projection: a.Projection, Aggregate: a.Aggregate, Input: a.Input, Partition: a.Partition}
+		return nil
+	}
+	snap, err := projection.DecodeSnapshot(r.Value)
+	if err != nil {
+		return fmt.Errorf("ops: %s/%d offset %d: aggregate %q of %s: %w", r.Topic, r.Partition, r.Offset, agg, proj, err)
+	}
+	a.Found, a.Version, a.Deleted, a.HeldSince = true, snap.Version, snap.Deleted, snap.HeldSince
+	delete(b.inline, k)
+	if h := snap.Inline; h != nil {
+		b.inline[k] = heldOf(h.Version, h.At, h.Source)
+	}
+	a.State = nil
+	if b.q.States && !snap.Deleted && len(snap.State) > 0 {
+		a.State = append(json.RawMessage(nil), snap.State...)
+	}
+	return nil
+}
+
+// addHeld takes a held-event record (nil value: the event left the guard).
+func (b *stateBuilder) addHeld(r *kgo.Record) error {
+	proj, agg, v, err := projection.ParseHeldKey(r.Key)
+	if err != nil || !b.q.selects(proj, agg) {
+		return nil
+	}
+	k := aggKey{proj, agg, b.topics[r.Topic], r.Partition}
+	if r.Value == nil {
+		delete(b.held[k], v)
+		return nil
+	}
+	at, src, err := projection.DecodeHeld(r.Value)
+	if err != nil {
+		return fmt.Errorf("ops: %s/%d offset %d: held event v%d of %q in %s: %w", r.Topic, r.Partition, r.Offset, v, agg, proj, err)
+	}
+	if b.held[k] == nil {
+		b.held[k] = map[int64]*Held{}
+	}
+	b.held[k][v] = heldOf(v, at, src)
+	b.get(k)
+	return nil
+}
+
+// state lists the aggregates with the events they still hold (those above
+// their version), in (projection, aggregate, input, partition) order.
+func (b *stateBuilder) state() *State {
+	st := &State{Records: b.records}
+	for k, a := range b.aggs {
+		for _, h := range b.held[k] {
 			if h.Version > a.Version {
 				a.Held = append(a.Held, *h)
 			}
 		}
-		if h := inline[k]; h != nil && h.Version > a.Version {
+		if h := b.inline[k]; h != nil && h.Version > a.Version {
 			a.Held = append(a.Held, *h)
 		}
 		sort.Slice(a.Held, func(i, j int) bool { return a.Held[i].Version < a.Held[j].Version })
@@ -270,7 +301,7 @@ func Read(ctx context.Context, t Target, q Query) (*State, error) {
 		}
 		return a.Partition < b.Partition
 	})
-	return st, nil
+	return st
 }
 
 func (q Query) selects(proj, agg string) bool {
