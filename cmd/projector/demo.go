@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -24,44 +27,6 @@ import (
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects"
 )
-
-// sample is one hand-written demo record and the outcome it must get.
-type sample struct {
-	key, value, expect, why string
-}
-
-func ev(id, typ, agg string, version int, payload string) string {
-	return fmt.Sprintf(`{"eventId":%q,"eventType":%q,"aggregateId":%q,"aggregateType":"RegulatoryCase","aggregateVersion":%d,"occurredAt":"2026-06-28T10:15:30Z","payload":%s}`,
-		id, typ, agg, version, payload)
-}
-
-// demoSamples is the demo's story, in production order.
-func demoSamples() []sample {
-	return []sample{
-		{"CASE-1", ev("e1-1", "CaseOpened", "CASE-1", 1, `{"status":"OPEN","title":"Late filing"}`), "applied", "in order"},
-		{"CASE-1", ev("e1-2", "CaseUpdated", "CASE-1", 2, `{"owner":"ana"}`), "applied", "in order"},
-		{"CASE-1", ev("e1-3", "CaseEscalated", "CASE-1", 3, `{"status":"ESCALATED","reasonCode":"SLA_BREACH"}`), "applied", "in order"},
-		{"CASE-2", ev("e2-1", "CaseOpened", "CASE-2", 1, `{"status":"OPEN","title":"Missing report"}`), "applied", "reordered"},
-		{"CASE-2", ev("e2-3", "CaseEscalated", "CASE-2", 3, `{"status":"ESCALATED","reasonCode":"CUSTOMER"}`), "held", "v3 before v2: held"},
-		{"CASE-2", ev("e2-2", "CaseUpdated", "CASE-2", 2, `{"owner":"ben"}`), "applied", "v2 arrives: applied, v3 drains"},
-		{"CASE-3", ev("e3-1", "CaseOpened", "CASE-3", 1, `{"status":"OPEN"}`), "applied", "duplicated"},
-		{"CASE-3", ev("e3-2", "CaseUpdated", "CASE-3", 2, `{"owner":"cy","tags":["kyc","aml"]}`), "applied", "duplicated"},
-		{"CASE-3", `{ "payload": {"tags":["kyc","aml"], "owner":"cy"}, "aggregateVersion": 2.0, "aggregateType":"RegulatoryCase",
-			"aggregateId":"CASE-3", "eventType":"CaseUpdated", "eventId":"e3-2" }`, "duplicate", "re-serialised copy"},
-		{"CASE-3", ev("e3-1", "CaseOpened", "CASE-3", 1, `{"status":"OPEN"}`), "duplicate", "client retry"},
-		{"CASE-4", ev("e4-1", "CaseOpened", "CASE-4", 1, `{"status":"OPEN"}`), "applied", "gap never filled"},
-		{"CASE-4", ev("e4-3", "CaseUpdated", "CASE-4", 3, `{"owner":"dee"}`), "held", "v2 never comes: dead-lettered after gaps.holdTimeout"},
-		{"CASE-5", ev("e5-1", "CaseOpened", "CASE-5", 1, `{"status":"OPEN"}`), "applied", "conflict"},
-		{"CASE-5", ev("e5-1", "CaseOpened", "CASE-5", 1, `{"status":"CLOSED"}`), "conflict", "same eventId, other payload"},
-		{"CASE-6", ev("e6-1", "CaseOpened", "CASE-6", 1, `{"status":"OPEN"}`), "applied", "deleted"},
-		{"CASE-6", ev("e6-2", "CaseClosed", "CASE-6", 2, `null`), "applied", "delete rule: tombstone"},
-		{"CASE-1", ev("e1-x", "CaseUpdated", "CASE-1", 2, `{"owner":"zed"}`), "stale", "a second writer at an old version"},
-		{"bad-1", `this is not JSON`, "invalid", "poison"},
-		{"bad-2", `{"eventId":"","eventType":"CaseOpened","aggregateId":"CASE-9","aggregateVersion":1}`, "invalid", "empty eventId"},
-		{"bad-3", `{"eventId":"e9-1","eventType":"CaseOpened","aggregateVersion":1}`, "invalid", "no aggregateId"},
-		{"bad-4", `{"eventId":"e9-2","eventType":"CaseOpened","aggregateId":"CASE-9","aggregateVersion":0}`, "invalid", "version 0"},
-	}
-}
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
@@ -393,4 +358,89 @@ func waitFor(ctx context.Context, within time.Duration, cond func() bool) error 
 		}
 	}
 	return nil
+}
+
+// demoUnknownKey is the idempotency key of CASE-1's SLA-breach email.
+const demoUnknownKey = "email:case:CASE-1:sla-breach:v3"
+
+// demoSink is the demo's webhook receiver. It honours Idempotency-Key: a key
+// is applied once; hang makes the first call of one key apply and then stall
+// past the webhook timeout (an unknown outcome).
+type demoSink struct {
+	*httptest.Server
+	mu      sync.Mutex
+	reqs    map[string]int
+	applied map[string]bool
+}
+
+func newDemoSink(hangKey string) *demoSink {
+	s := &demoSink{reqs: map[string]int{}, applied: map[string]bool{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		_, _ = io.Copy(io.Discard, r.Body)
+		s.mu.Lock()
+		s.reqs[key]++
+		n := s.reqs[key]
+		s.applied[key] = true
+		s.mu.Unlock()
+		if key == hangKey && n == 1 {
+			sleepCtx(r.Context(), 10*time.Second) // past the webhook timeout: no answer
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg-%d"}`, n)
+	}))
+	return s
+}
+
+func (s *demoSink) requests(key string) int { s.mu.Lock(); defer s.mu.Unlock(); return s.reqs[key] }
+func (s *demoSink) keys() int               { s.mu.Lock(); defer s.mu.Unlock(); return len(s.reqs) }
+func (s *demoSink) appliedKeys() int        { s.mu.Lock(); defer s.mu.Unlock(); return len(s.applied) }
+
+// total is the number of requests received.
+func (s *demoSink) total() int { return s.foldRequests(func(acc, n int) int { return acc + n }) }
+
+// maxRequests is the most requests received for one key.
+func (s *demoSink) maxRequests() int {
+	return s.foldRequests(func(acc, n int) int { return max(acc, n) })
+}
+
+// foldRequests folds f over the request count of every key, from 0.
+func (s *demoSink) foldRequests(f func(acc, n int) int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	acc := 0
+	for _, n := range s.reqs {
+		acc = f(acc, n)
+	}
+	return acc
+}
+
+// printLedger prints the demo key's ledger entry.
+func printLedger(ctx context.Context, w *tabwriter.Writer, opts []kgo.Opt, cfg *config.Config) error {
+	entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Key != demoUnknownKey {
+			continue
+		}
+		status := e.Status.String()
+		if e.Resolution != nil {
+			status += " (resolved: " + e.Resolution.Note + ")"
+		}
+		fmt.Fprintf(w, "   %s\t%s\tattempts %d\t%s\n", e.Key, e.Effect, e.Attempts, status)
+	}
+	return w.Flush()
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

@@ -49,28 +49,10 @@ func copyLoop(ctx context.Context, o Options, brokers []string, input, name stri
 	if err != nil {
 		return ph, fmt.Errorf("bench: floor session: %w", err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	cpu0 := processCPU()
-	start := time.Now()
-	go func() { done <- f.loop(runCtx) }()
-	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
-	ph.Elapsed = time.Since(start)
-	ph.CPU = processCPU() - cpu0
-	stop()
-	var loopErr error
-	if waitErr == nil || !errors.Is(waitErr, errStopped) {
-		loopErr = <-done
-	}
+	err = runUntilCaughtUp(ctx, "transport floor", brokers, name, input, &ph, f.loop)
 	f.sess.Close()
-	if waitErr != nil {
-		if errors.Is(waitErr, errStopped) {
-			return ph, fmt.Errorf("bench: transport floor stopped: %w", errors.Unwrap(waitErr))
-		}
-		return ph, fmt.Errorf("bench: transport floor: %w", waitErr)
-	}
-	if loopErr != nil {
-		return ph, fmt.Errorf("bench: transport floor: %w", loopErr)
+	if err != nil {
+		return ph, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -53,25 +53,8 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 			mu.Unlock()
 		}
 	})
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	cpu0 := processCPU()
-	start := time.Now()
-	go func() { done <- p.Run(runCtx) }()
-	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
-	ph.Elapsed = time.Since(start)
-	ph.CPU = processCPU() - cpu0
-	stop()
-	if waitErr != nil {
-		if errors.Is(waitErr, errStopped) {
-			return ph, nil, fmt.Errorf("bench: pipeline stopped: %w", errors.Unwrap(waitErr))
-		}
-		<-done
-		return ph, nil, fmt.Errorf("bench: pipeline: %w", waitErr)
-	}
-	if err := <-done; err != nil {
-		return ph, nil, fmt.Errorf("bench: pipeline: %w", err)
+	if err := runUntilCaughtUp(ctx, "pipeline", brokers, name, input, &ph, p.Run); err != nil {
+		return ph, nil, err
 	}
 	s := p.Stats()
 	got := make(map[string]int64, len(Outcomes))
@@ -96,6 +79,34 @@ func Rules() projection.Rules {
 }
 
 var errStopped = errors.New("stopped before catching up")
+
+// runUntilCaughtUp runs run (a copy loop or the processor) until group has
+// committed the end of every partition of input, timing it into ph (wall
+// and CPU time), then stops it and waits for it to return. The error names
+// the phase (what), and says "stopped" when run returned before catching up.
+func runUntilCaughtUp(ctx context.Context, what string, brokers []string, group, input string, ph *Phase, run func(context.Context) error) error {
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	cpu0 := processCPU()
+	start := time.Now()
+	go func() { done <- run(runCtx) }()
+	waitErr := waitCaughtUp(runCtx, brokers, group, input, done)
+	ph.Elapsed = time.Since(start)
+	ph.CPU = processCPU() - cpu0
+	stop()
+	switch {
+	case errors.Is(waitErr, errStopped):
+		return fmt.Errorf("bench: %s stopped: %w", what, errors.Unwrap(waitErr))
+	case waitErr != nil:
+		<-done
+		return fmt.Errorf("bench: %s: %w", what, waitErr)
+	}
+	if err := <-done; err != nil {
+		return fmt.Errorf("bench: %s: %w", what, err)
+	}
+	return nil
+}
 
 // waitCaughtUp polls until group has committed the end offset of every
 // partition of topic, or the loop (done) returns first.
