@@ -68,6 +68,16 @@ func effectsSetup(cf *commonFlags, stderr io.Writer) (*config.Config, []kgo.Opt,
 	return cfg, append(copts, kgo.SeedBrokers(brokers...)), closeFn, nil
 }
 
+// readLedger connects as cf says and reads the side-effect ledger.
+func readLedger(ctx context.Context, cf *commonFlags, stderr io.Writer) ([]sideeffects.Entry, error) {
+	cfg, opts, closeFn, err := effectsSetup(cf, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	return sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+}
+
 func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf commonFlags
 	fs := pflag.NewFlagSet("effects list", pflag.ContinueOnError)
@@ -86,12 +96,7 @@ func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		want = s
 	}
-	cfg, opts, closeFn, err := effectsSetup(&cf, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	entries, err := readLedger(ctx, &cf, stderr)
 	if err != nil {
 		return err
 	}
@@ -131,12 +136,7 @@ func effectsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	key := fs.Arg(0)
-	cfg, opts, closeFn, err := effectsSetup(&cf, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	entries, err := readLedger(ctx, &cf, stderr)
 	if err != nil {
 		return err
 	}

@@ -294,15 +294,11 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Options: o, Want: map[string]int64{}}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "projector-bench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := workDir(o.Dir, "projector-bench-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	brokers := o.Brokers
 	prefix := ""
 	if len(brokers) == 0 {
@@ -436,4 +432,17 @@ func renameChunk(recs []workload.Record, c int) {
 			r.Value = bytes.ReplaceAll(r.Value, []byte(`"stale-`), stale)
 		}
 	}
+}
+
+// workDir is dir, or, when dir is "", a new temporary directory named after
+// pattern that cleanup removes (cleanup leaves a given dir alone).
+func workDir(dir, pattern string) (_ string, cleanup func(), _ error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", nil, err
+	}
+	return d, func() { os.RemoveAll(d) }, nil
 }
