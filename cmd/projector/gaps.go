@@ -206,16 +206,10 @@ func runGapsSkip(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	noWait := fs.Bool("no-wait", false, "send the command and return without waiting for the worker to apply it")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the worker to apply the command")
 	force := fs.Bool("force", false, "send the command even if the committed state shows no held events (keyed by AGGREGATE to each input topic)")
-	var agg string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		agg, args = args[0], args[1:]
-	}
 	example := "  projector gaps skip CASE-4 --config configs/example.yaml --note \"v2 lost upstream, INC-123\"\n  projector gaps skip CASE-4 --config configs/example.yaml --projection case-overview --no-wait"
-	if err := parse(fs, args, stdout, example); err != nil {
+	agg, err := parseAggregate(fs, args, stdout, example, "gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE")
+	if err != nil {
 		return err
-	}
-	if agg == "" {
-		return usageError{"gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE"}
 	}
 	s, err := cf.connect(stderr, *proj)
 	if err != nil {
@@ -274,6 +268,22 @@ func printApplied(stdout io.Writer, before, after *ops.State) {
 		}
 		fmt.Fprintln(stdout)
 	}
+}
+
+// parseAggregate parses the flags of a command that takes the aggregate id
+// as its first argument, and returns the id (usage when it is missing).
+func parseAggregate(fs *pflag.FlagSet, args []string, stdout io.Writer, example, usage string) (string, error) {
+	var agg string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		agg, args = args[0], args[1:]
+	}
+	if err := parse(fs, args, stdout, example); err != nil {
+		return "", err
+	}
+	if agg == "" {
+		return "", usageError{usage}
+	}
+	return agg, nil
 }
 
 func forProjection(p string) string {
