@@ -27,7 +27,8 @@ type Skip struct {
 	// Read reads the committed state (the caller bounds and explains it).
 	Read func(context.Context, Query) (*State, error)
 	// Holding is called for each aggregate with held events before the
-	// command is sent; Sent for each command record once produced.
+	// command is sent; Sent for each command record once produced. Either
+	// may be nil.
 	Holding func(*Aggregate)
 	Sent    func(Sent)
 }
@@ -77,7 +78,9 @@ func SkipGapAndWait(ctx context.Context, t Target, k Skip) (*Skipped, error) {
 		return out, err
 	}
 	for _, d := range sent {
-		k.Sent(d)
+		if k.Sent != nil {
+			k.Sent(d)
+		}
 	}
 	if k.NoWait {
 		out.NotWaiting = true
@@ -121,7 +124,9 @@ func skipDests(before *State, holding func(*Aggregate)) []Sent {
 			seen[d] = true
 			dests = append(dests, d)
 		}
-		holding(a)
+		if holding != nil {
+			holding(a)
+		}
 	}
 	return dests
 }
