@@ -91,7 +91,7 @@ func contains(ps []int32, p int32) bool {
 func consume(ctx context.Context, t Target, ends map[string]map[int32]topicread.Range, fn func(*kgo.Record) error) error {
 	opts := append([]kgo.Opt{kgo.SeedBrokers(t.Brokers...)}, t.ClientOpts...)
 	var fnErr error
-	err := topicread.Partitions(ctx, opts, ends, t.Stall, func(r *kgo.Record) error {
+	err := topicread.Partitions(ctx, opts, ends, topicread.Options{Stall: t.Stall}, func(r *kgo.Record) error {
 		fnErr = fn(r)
 		return fnErr
 	})

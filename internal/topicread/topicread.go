@@ -4,7 +4,7 @@
 // It is the one committed-record reader: ops reads the changelogs with
 // Partitions, everything else reads whole topics with Committed.
 //
-// Control records are kept while reading (and not passed on), so that a
+// Control records are kept while reading (and passed on only when asked), so that a
 // partition whose last record is a transaction marker is known to be read to
 // its end; aborted records are still filtered by the client.
 package topicread
@@ -30,6 +30,19 @@ const FromStart int64 = -1
 // Range is the offsets [Start, End) of one partition to read.
 type Range struct{ Start, End int64 }
 
+// Options tune a Partitions read; the zero value reads committed data
+// records and waits for them as long as the context allows.
+type Options struct {
+	// Stall > 0 fails a read that sees no record for that long with a
+	// *StallError.
+	Stall time.Duration
+	// Uncommitted reads read_uncommitted: what a checker compares with
+	// what a read_committed reader may see.
+	Uncommitted bool
+	// Control passes the transaction markers to fn too.
+	Control bool
+}
+
 // StallError reports a read that saw no record for After while Left
 // partitions were still to be read to their end.
 type StallError struct {
@@ -49,7 +62,7 @@ func Committed(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.R
 	if err != nil {
 		return err
 	}
-	err = Partitions(ctx, opts, ranges, 0, func(r *kgo.Record) error { fn(r); return nil })
+	err = Partitions(ctx, opts, ranges, Options{}, func(r *kgo.Record) error { fn(r); return nil })
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("read %s: %w", topic, err)
 	}
@@ -90,12 +103,11 @@ func toLastStable(ctx context.Context, opts []kgo.Opt, topic string) (map[string
 }
 
 // Partitions reads each partition in ranges from its Start to its End,
-// committed records only, and calls fn for each data record in offset order
-// per partition; an error from fn ends the read. With stall > 0, a read that
-// sees no record for that long fails with a *StallError; otherwise it waits
-// for the records as long as ctx allows. A cancelled ctx returns ctx.Err().
-// opts must include the seed brokers (and TLS/SASL).
-func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32]Range, stall time.Duration, fn func(*kgo.Record) error) error {
+// committed records only (unless o.Uncommitted), and calls fn for each data
+// record (and marker, with o.Control) in offset order per partition; an
+// error from fn ends the read. A cancelled ctx returns ctx.Err(). opts must
+// include the seed brokers (and TLS/SASL).
+func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32]Range, o Options, fn func(*kgo.Record) error) error {
 	offsets := map[string]map[int32]kgo.Offset{}
 	left := 0
 	for tp, ps := range ranges {
@@ -113,9 +125,13 @@ func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32
 	if left == 0 {
 		return nil
 	}
+	iso := kgo.ReadCommitted()
+	if o.Uncommitted {
+		iso = kgo.ReadUncommitted()
+	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
 		kgo.ConsumePartitions(offsets),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchIsolationLevel(iso),
 		// A committed range ends with a transaction marker: keeping the
 		// markers is what lets the read see that it reached the end.
 		kgo.KeepControlRecords())...)
@@ -123,7 +139,7 @@ func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32
 		return err
 	}
 	defer cl.Close()
-	rd := &reader{ranges: ranges, done: map[string]map[int32]bool{}, left: left, fn: fn}
+	rd := &reader{ranges: ranges, done: map[string]map[int32]bool{}, left: left, control: o.Control, fn: fn}
 	last := time.Now()
 	for rd.left > 0 {
 		got, err := rd.poll(ctx, cl)
@@ -132,8 +148,8 @@ func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32
 		}
 		if got {
 			last = time.Now()
-		} else if stall > 0 && time.Since(last) > stall {
-			return &StallError{After: stall, Left: rd.left}
+		} else if o.Stall > 0 && time.Since(last) > o.Stall {
+			return &StallError{After: o.Stall, Left: rd.left}
 		}
 	}
 	return nil
@@ -141,10 +157,11 @@ func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32
 
 // reader tracks which partitions of a Partitions read reached their end.
 type reader struct {
-	ranges map[string]map[int32]Range
-	done   map[string]map[int32]bool
-	left   int
-	fn     func(*kgo.Record) error
+	ranges  map[string]map[int32]Range
+	done    map[string]map[int32]bool
+	left    int
+	control bool // pass the markers on too
+	fn      func(*kgo.Record) error
 }
 
 // poll fetches once (for at most a second, so that a stall is noticed) and
@@ -173,7 +190,7 @@ func (rd *reader) poll(ctx context.Context, cl *kgo.Client) (bool, error) {
 			return
 		}
 		got = true
-		if !r.Attrs.IsControl() {
+		if rd.control || !r.Attrs.IsControl() {
 			rerr = rd.fn(r)
 		}
 		if r.Offset+1 >= rng.End {
