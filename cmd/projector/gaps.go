@@ -207,11 +207,7 @@ func runGapsSkip(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the worker to apply the command")
 	force := fs.Bool("force", false, "send the command even if the committed state shows no held events (keyed by AGGREGATE to each input topic)")
 	example := "  projector gaps skip CASE-4 --config configs/example.yaml --note \"v2 lost upstream, INC-123\"\n  projector gaps skip CASE-4 --config configs/example.yaml --projection case-overview --no-wait"
-	agg, err := parseAggregate(fs, args, stdout, example, "gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE")
-	if err != nil {
-		return err
-	}
-	s, err := cf.connect(stderr, *proj)
+	agg, s, err := cf.aggregateSession(fs, args, stdout, stderr, proj, example, "gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE")
 	if err != nil {
 		return err
 	}
@@ -270,20 +266,22 @@ func printApplied(stdout io.Writer, before, after *ops.State) {
 	}
 }
 
-// parseAggregate parses the flags of a command that takes the aggregate id
-// as its first argument, and returns the id (usage when it is missing).
-func parseAggregate(fs *pflag.FlagSet, args []string, stdout io.Writer, example, usage string) (string, error) {
+// aggregateSession parses the flags of a command that takes the aggregate
+// id as its first argument (usage when it is missing) and connects for
+// projection *proj.
+func (cf *commonFlags) aggregateSession(fs *pflag.FlagSet, args []string, stdout, stderr io.Writer, proj *string, example, usage string) (string, *opsSession, error) {
 	var agg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		agg, args = args[0], args[1:]
 	}
 	if err := parse(fs, args, stdout, example); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if agg == "" {
-		return "", usageError{usage}
+		return "", nil, usageError{usage}
 	}
-	return agg, nil
+	s, err := cf.connect(stderr, *proj)
+	return agg, s, err
 }
 
 func forProjection(p string) string {

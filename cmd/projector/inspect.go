@@ -24,12 +24,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	proj := fs.String("projection", "", "only this projection (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON (one object per projection and partition)")
 	timeout := fs.Duration("timeout", time.Minute, "give up reading the changelogs after this long")
-	agg, err := parseAggregate(fs, args, stdout, "  projector inspect CASE-4 --config configs/example.yaml\n  projector inspect CASE-4 --config configs/example.yaml --projection case-overview --json",
+	agg, s, err := cf.aggregateSession(fs, args, stdout, stderr, proj,
+		"  projector inspect CASE-4 --config configs/example.yaml\n  projector inspect CASE-4 --config configs/example.yaml --projection case-overview --json",
 		"inspect: want the aggregate id: projector inspect AGGREGATE --config FILE")
-	if err != nil {
-		return err
-	}
-	s, err := cf.connect(stderr, *proj)
 	if err != nil {
 		return err
 	}
