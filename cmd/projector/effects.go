@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/app"
 	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/ops"
 	"github.com/projector-dev/projector/sideeffects"
 )
 
@@ -66,6 +68,16 @@ func effectsSetup(cf *commonFlags, stderr io.Writer) (*config.Config, []kgo.Opt,
 	return cfg, append(copts, kgo.SeedBrokers(brokers...)), closeFn, nil
 }
 
+// readLedger connects as cf says and reads the side-effect ledger.
+func readLedger(ctx context.Context, cf *commonFlags, stderr io.Writer) ([]sideeffects.Entry, error) {
+	cfg, opts, closeFn, err := effectsSetup(cf, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	return sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+}
+
 func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf commonFlags
 	fs := pflag.NewFlagSet("effects list", pflag.ContinueOnError)
@@ -84,12 +96,7 @@ func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		want = s
 	}
-	cfg, opts, closeFn, err := effectsSetup(&cf, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	entries, err := readLedger(ctx, &cf, stderr)
 	if err != nil {
 		return err
 	}
@@ -129,12 +136,7 @@ func effectsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	key := fs.Arg(0)
-	cfg, opts, closeFn, err := effectsSetup(&cf, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	entries, err := readLedger(ctx, &cf, stderr)
 	if err != nil {
 		return err
 	}
@@ -197,23 +199,25 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "resolve of %q sent; the executor applies it\n", key)
 		return nil
 	}
-	deadline := time.Now().Add(*wait)
-	for time.Now().Before(deadline) {
+	var resolved *sideeffects.Entry
+	var readErr error
+	err = ops.Await(ctx, *wait, 300*time.Millisecond, func() (bool, error) {
 		e, err := find()
-		if err != nil {
-			return err
-		}
 		if e != nil && e.Resolution != nil {
-			fmt.Fprintf(stdout, "%s: resolved as %s\n", key, e.Status)
-			return nil
+			resolved = e
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(300 * time.Millisecond):
-		}
+		readErr = err
+		return resolved != nil, err
+	})
+	switch {
+	case readErr != nil:
+		return readErr
+	case err == nil:
+		fmt.Fprintf(stdout, "%s: resolved as %s\n", key, resolved.Status)
+	case errors.Is(err, ops.ErrNotApplied):
+		fmt.Fprintf(stdout, "resolve of %q sent; no executor applied it within %s: it is applied when the executor runs\n", key, *wait)
 	}
-	fmt.Fprintf(stdout, "resolve of %q sent; no executor applied it within %s: it is applied when the executor runs\n", key, *wait)
+	// Otherwise ctx ended while waiting; the resolve is already sent.
 	return nil
 }
 

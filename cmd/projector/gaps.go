@@ -18,7 +18,6 @@ import (
 	"github.com/projector-dev/projector/internal/app"
 	"github.com/projector-dev/projector/internal/config"
 	"github.com/projector-dev/projector/internal/ops"
-	"github.com/projector-dev/projector/processor"
 )
 
 const gapsUsage = `Usage of projector gaps:
@@ -120,6 +119,13 @@ func (cf *commonFlags) connect(stderr io.Writer, proj string) (*opsSession, erro
 // read reads the committed state; a broker that cannot be reached fails
 // within timeout instead of retrying forever.
 func (s *opsSession) read(ctx context.Context, timeout time.Duration, q ops.Query) (*ops.State, error) {
+	st, err := s.readBounded(ctx, timeout, q)
+	return st, s.explain(err)
+}
+
+// readBounded is read without naming a failed SASL exchange (for callers
+// that explain the error they end with).
+func (s *opsSession) readBounded(ctx context.Context, timeout time.Duration, q ops.Query) (*ops.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := ops.Read(ctx, s.target, q)
@@ -127,7 +133,7 @@ func (s *opsSession) read(ctx context.Context, timeout time.Duration, q ops.Quer
 		err = fmt.Errorf("reading the changelogs of %s took longer than %s (brokers %s): %w",
 			s.cfg.Name, timeout, strings.Join(s.target.Brokers, ","), err)
 	}
-	return st, s.explain(err)
+	return st, err
 }
 
 func runGapsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -200,109 +206,82 @@ func runGapsSkip(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	noWait := fs.Bool("no-wait", false, "send the command and return without waiting for the worker to apply it")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the worker to apply the command")
 	force := fs.Bool("force", false, "send the command even if the committed state shows no held events (keyed by AGGREGATE to each input topic)")
-	var agg string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		agg, args = args[0], args[1:]
-	}
 	example := "  projector gaps skip CASE-4 --config configs/example.yaml --note \"v2 lost upstream, INC-123\"\n  projector gaps skip CASE-4 --config configs/example.yaml --projection case-overview --no-wait"
-	if err := parse(fs, args, stdout, example); err != nil {
-		return err
-	}
-	if agg == "" {
-		return usageError{"gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE"}
-	}
-	s, err := cf.connect(stderr, *proj)
+	agg, s, err := cf.aggregateSession(fs, args, stdout, stderr, proj, example, "gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE")
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	q := ops.Query{Projection: *proj, Aggregate: agg}
-	before, err := s.read(ctx, time.Minute, q)
-	if err != nil {
-		return err
-	}
-	var dests []ops.Sent
-	seen := map[ops.Sent]bool{}
-	for _, a := range before.Gaps() {
-		d := ops.Sent{Topic: a.Input, Partition: a.Partition}
-		if !seen[d] {
-			seen[d] = true
-			dests = append(dests, d)
-		}
-		fmt.Fprintf(stdout, "%s %s on %s: version %d, holding %d event(s) (missing %s)\n",
-			a.Projection, a.Aggregate, a.Task(), a.Version, len(a.Held), strings.Join(a.Missing(), ","))
-	}
-	if len(dests) == 0 {
-		if !*force {
-			return fmt.Errorf("gaps skip: %s holds no events in the committed state of %s%s; nothing to skip "+
-				"(if the worker has not consumed the events yet, --force sends the command anyway)", agg, s.cfg.Name, forProjection(*proj))
-		}
-		for _, in := range s.cfg.Kafka.Input {
-			dests = append(dests, ops.Sent{Topic: in, Partition: -1})
-		}
-	}
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	sent, err := ops.SkipGap(sctx, s.target.Brokers, s.target.ClientOpts,
-		processor.Command{Projection: *proj, Aggregate: agg, Note: *note}, dests)
-	cancel()
-	if err != nil {
-		return s.explain(err)
-	}
-	for _, d := range sent {
-		fmt.Fprintf(stdout, "skip-gap command for %s sent to %s\n", agg, d)
-	}
-	if *noWait {
+	done, err := ops.SkipGapAndWait(ctx, s.target, ops.Skip{
+		Projection: *proj, Aggregate: agg, Note: *note, Force: *force, NoWait: *noWait, Timeout: *timeout,
+		Read: func(ctx context.Context, q ops.Query) (*ops.State, error) {
+			return s.readBounded(ctx, time.Minute, q)
+		},
+		Holding: func(a *ops.Aggregate) {
+			fmt.Fprintf(stdout, "%s %s on %s: version %d, holding %d event(s) (missing %s)\n",
+				a.Projection, a.Aggregate, a.Task(), a.Version, len(a.Held), strings.Join(a.Missing(), ","))
+		},
+		Sent: func(d ops.Sent) { fmt.Fprintf(stdout, "skip-gap command for %s sent to %s\n", agg, d) },
+	})
+	return s.printSkipped(stdout, agg, *proj, *timeout, done, err)
+}
+
+// printSkipped says how a skip-gap ended.
+func (s *opsSession) printSkipped(stdout io.Writer, agg, proj string, timeout time.Duration, done *ops.Skipped, err error) error {
+	switch {
+	case errors.Is(err, ops.ErrNothingHeld):
+		return fmt.Errorf("gaps skip: %s holds no events in the committed state of %s%s; nothing to skip "+
+			"(if the worker has not consumed the events yet, --force sends the command anyway)", agg, s.cfg.Name, forProjection(proj))
+	case errors.Is(err, ops.ErrNotApplied):
+		return fmt.Errorf("gaps skip: the worker did not apply the command within %s; it is queued on the input topic "+
+			"(a worker that is behind applies it when it reaches it; a command that finds nothing to skip is dead-lettered to %s)",
+			timeout, s.cfg.Kafka.DeadLetterTopic)
+	case err != nil:
+		return s.explain(err) // the reads' errors and SkipGap's
+	case done.NotWaiting:
 		fmt.Fprintln(stdout, "not waiting (--no-wait): the partition's owner applies it in order with the events")
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	wk, err := ops.DescribeWorker(wctx, s.target.Brokers, s.target.ClientOpts, s.cfg.Name)
-	cancel()
-	if err == nil && !wk.Running() {
-		fmt.Fprintf(stdout, "no worker is running in group %s (state %s): the command is queued and will be applied when the processor runs\n", s.cfg.Name, wk.State)
-		return nil
-	}
-	want := before.HeldCount(*proj, agg)
-	if want == 0 {
+	case done.Queued != nil:
+		fmt.Fprintf(stdout, "no worker is running in group %s (state %s): the command is queued and will be applied when the processor runs\n", s.cfg.Name, done.Queued.State)
+	case done.NothingToWait:
 		fmt.Fprintln(stdout, "the committed state held nothing to wait for (--force); check with: projector inspect "+agg)
-		return nil
+	default:
+		printApplied(stdout, done.Before, done.After)
 	}
-	q.Partitions = map[string][]int32{}
-	for _, d := range sent {
-		q.Partitions[d.Topic] = append(q.Partitions[d.Topic], d.Partition)
+	return nil
+}
+
+// printApplied lists each aggregate's version before and after the skip.
+func printApplied(stdout io.Writer, before, after *ops.State) {
+	was := map[string]int64{}
+	for _, a := range before.Aggregates {
+		was[a.Projection+" "+a.Task()] = a.Version
 	}
-	deadline := time.Now().Add(*timeout)
-	for {
-		after, err := s.read(ctx, time.Minute, q)
-		if err != nil {
-			return err
+	for _, a := range after.Aggregates {
+		fmt.Fprintf(stdout, "applied: %s %s on %s: version %d -> %d, %d event(s) still held",
+			a.Projection, a.Aggregate, a.Task(), was[a.Projection+" "+a.Task()], a.Version, len(a.Held))
+		if m := a.Missing(); len(m) > 0 {
+			fmt.Fprintf(stdout, " (missing %s)", strings.Join(m, ","))
 		}
-		if after.HeldCount(*proj, agg) < want {
-			was := map[string]int64{}
-			for _, a := range before.Aggregates {
-				was[a.Projection+" "+a.Task()] = a.Version
-			}
-			for _, a := range after.Aggregates {
-				fmt.Fprintf(stdout, "applied: %s %s on %s: version %d -> %d, %d event(s) still held",
-					a.Projection, a.Aggregate, a.Task(), was[a.Projection+" "+a.Task()], a.Version, len(a.Held))
-				if m := a.Missing(); len(m) > 0 {
-					fmt.Fprintf(stdout, " (missing %s)", strings.Join(m, ","))
-				}
-				fmt.Fprintln(stdout)
-			}
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gaps skip: the worker did not apply the command within %s; it is queued on the input topic "+
-				"(a worker that is behind applies it when it reaches it; a command that finds nothing to skip is dead-lettered to %s)",
-				*timeout, s.cfg.Kafka.DeadLetterTopic)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+		fmt.Fprintln(stdout)
 	}
+}
+
+// aggregateSession parses the flags of a command that takes the aggregate
+// id as its first argument (usage when it is missing) and connects for
+// projection *proj.
+func (cf *commonFlags) aggregateSession(fs *pflag.FlagSet, args []string, stdout, stderr io.Writer, proj *string, example, usage string) (string, *opsSession, error) {
+	var agg string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		agg, args = args[0], args[1:]
+	}
+	if err := parse(fs, args, stdout, example); err != nil {
+		return "", nil, err
+	}
+	if agg == "" {
+		return "", nil, usageError{usage}
+	}
+	s, err := cf.connect(stderr, *proj)
+	return agg, s, err
 }
 
 func forProjection(p string) string {

@@ -24,17 +24,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	proj := fs.String("projection", "", "only this projection (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON (one object per projection and partition)")
 	timeout := fs.Duration("timeout", time.Minute, "give up reading the changelogs after this long")
-	var agg string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		agg, args = args[0], args[1:]
-	}
-	if err := parse(fs, args, stdout, "  projector inspect CASE-4 --config configs/example.yaml\n  projector inspect CASE-4 --config configs/example.yaml --projection case-overview --json"); err != nil {
-		return err
-	}
-	if agg == "" {
-		return usageError{"inspect: want the aggregate id: projector inspect AGGREGATE --config FILE"}
-	}
-	s, err := cf.connect(stderr, *proj)
+	agg, s, err := cf.aggregateSession(fs, args, stdout, stderr, proj,
+		"  projector inspect CASE-4 --config configs/example.yaml\n  projector inspect CASE-4 --config configs/example.yaml --projection case-overview --json",
+		"inspect: want the aggregate id: projector inspect AGGREGATE --config FILE")
 	if err != nil {
 		return err
 	}

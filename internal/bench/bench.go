@@ -34,25 +34,13 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/broker"
-	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/internal/testkit"
 	"github.com/projector-dev/projector/internal/workload"
-	"github.com/projector-dev/projector/processor"
-	"github.com/projector-dev/projector/projection"
 )
 
 // Options configure a benchmark. Zero values take the defaults of Defaults.
@@ -306,15 +294,11 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Options: o, Want: map[string]int64{}}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "projector-bench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := workDir(o.Dir, "projector-bench-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	brokers := o.Brokers
 	prefix := ""
 	if len(brokers) == 0 {
@@ -450,329 +434,15 @@ func renameChunk(recs []workload.Record, c int) {
 	}
 }
 
-// copyLoop is the transport floor: the processor's session settings, read
-// committed, one transaction per poll of up to Batch records, every record
-// copied to an output topic – or, with copies > 1, to that many topics.
-func copyLoop(ctx context.Context, o Options, brokers []string, input, name string, want int64, copies int) (Phase, error) {
-	ph := Phase{Name: "transport floor"}
-	if copies > 1 {
-		ph.Name = fmt.Sprintf("transport floor ×%d", copies)
+// workDir is dir, or, when dir is "", a new temporary directory named after
+// pattern that cleanup removes (cleanup leaves a given dir alone).
+func workDir(dir, pattern string) (_ string, cleanup func(), _ error) {
+	if dir != "" {
+		return dir, func() {}, nil
 	}
-	outs := make([]string, copies)
-	for c := range outs {
-		outs[c] = name + ".out"
-		if c > 0 {
-			outs[c] += strconv.Itoa(c + 1)
-		}
-		if err := testkit.CreateTopic(ctx, brokers, outs[c], int32(o.Partitions)); err != nil {
-			return ph, fmt.Errorf("bench: create %s: %w", outs[c], err)
-		}
-	}
-	written := new(writeCounter)
-	sess, err := kgo.NewGroupTransactSession(append(eos.ClientTuning(),
-		kgo.WithHooks(written),
-		kgo.SeedBrokers(brokers...),
-		kgo.TransactionalID(name+"-bench"),
-		kgo.TransactionTimeout(40*time.Second),
-		kgo.ConsumerGroup(name),
-		kgo.ConsumeTopics(input),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.SessionTimeout(45*time.Second),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-	)...)
+	d, err := os.MkdirTemp("", pattern)
 	if err != nil {
-		return ph, fmt.Errorf("bench: floor session: %w", err)
+		return "", nil, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	var (
-		mu        sync.Mutex
-		lat       []time.Duration
-		committed int64
-		aborted   int64
-	)
-	done := make(chan error, 1)
-	cpu0 := processCPU()
-	start := time.Now()
-	go func() {
-		done <- func() error {
-			for runCtx.Err() == nil {
-				pollCtx, cancel := context.WithTimeout(runCtx, 250*time.Millisecond)
-				fs := sess.PollRecords(pollCtx, o.Batch)
-				cancel()
-				if fs.IsClientClosed() {
-					return nil
-				}
-				var ferr error
-				fs.EachError(func(t string, p int32, err error) {
-					if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-						ferr = fmt.Errorf("fetch %s/%d: %w", t, p, err)
-					}
-				})
-				if ferr != nil {
-					return ferr
-				}
-				n := fs.NumRecords()
-				if n == 0 {
-					continue
-				}
-				t0 := time.Now()
-				if err := sess.Begin(); err != nil {
-					return err
-				}
-				// Not runCtx: a transaction that started finishes.
-				tctx, tcancel := context.WithTimeout(context.Background(), 50*time.Second)
-				cl := sess.Client()
-				var perr error
-				var pmu sync.Mutex
-				fs.EachRecord(func(r *kgo.Record) {
-					for _, out := range outs {
-						cl.Produce(tctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers},
-							func(_ *kgo.Record, err error) {
-								if err != nil {
-									pmu.Lock()
-									perr = err
-									pmu.Unlock()
-								}
-							})
-					}
-				})
-				if err := cl.Flush(tctx); err != nil {
-					tcancel()
-					return err
-				}
-				commit := kgo.TryCommit
-				if perr != nil {
-					commit = kgo.TryAbort
-				}
-				ok, err := sess.End(tctx, commit)
-				tcancel()
-				if err != nil {
-					return fmt.Errorf("end transaction: %w", err)
-				}
-				mu.Lock()
-				if ok && commit == kgo.TryCommit {
-					committed += int64(n)
-					lat = append(lat, time.Since(t0))
-				} else {
-					aborted++
-				}
-				mu.Unlock()
-			}
-			return nil
-		}()
-	}()
-	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
-	ph.Elapsed = time.Since(start)
-	ph.CPU = processCPU() - cpu0
-	stop()
-	var loopErr error
-	if waitErr == nil || !errors.Is(waitErr, errStopped) {
-		loopErr = <-done
-	}
-	sess.Close()
-	if waitErr != nil {
-		if errors.Is(waitErr, errStopped) {
-			return ph, fmt.Errorf("bench: transport floor stopped: %w", errors.Unwrap(waitErr))
-		}
-		return ph, fmt.Errorf("bench: transport floor: %w", waitErr)
-	}
-	if loopErr != nil {
-		return ph, fmt.Errorf("bench: transport floor: %w", loopErr)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	ph.Records, ph.Txns, ph.Aborted = committed, int64(len(lat)), aborted
-	ph.P50, ph.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
-	ph.Written = written.n.Load()
-	return ph, nil
-}
-
-// writeCounter is a kgo hook that counts the records brokers acknowledged.
-type writeCounter struct{ n atomic.Int64 }
-
-var _ kgo.HookProduceRecordUnbuffered = (*writeCounter)(nil)
-
-func (w *writeCounter) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
-	if err == nil {
-		w.n.Add(1)
-	}
-}
-
-// processCPU is the process's user + system time so far (0 if unknown).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// pipeline runs the real processor on the input until its group caught up.
-func pipeline(ctx context.Context, o Options, brokers []string, input, name, stateDir string, want int64) (Phase, map[string]int64, error) {
-	ph := Phase{Name: "pipeline"}
-	written := new(writeCounter)
-	defer os.RemoveAll(stateDir)
-	st, err := state.Open(stateDir, processor.StoreOptions(0))
-	if err != nil {
-		return ph, nil, err
-	}
-	defer st.Close()
-	p, err := processor.New(processor.Config{
-		Name: name, InstanceID: "bench", Brokers: brokers,
-		Inputs: []string{input}, DeadLetterTopic: name + ".dlq", EffectsTopic: name + ".effects",
-		Partitions: int32(o.Partitions),
-		Projections: []*projection.Projection{{
-			Name: "case-overview", Topic: name + ".case-overview", Handler: Rules(), Versioned: true,
-			AggregateTypes: []string{"RegulatoryCase"},
-		}},
-		Store: st, Dedup: dedup.NewStore(168 * time.Hour),
-		MaxRecordsPerTxn: o.Batch, Mode: processor.Live, Logger: o.Logger,
-		ClientOpts: []kgo.Opt{kgo.WithHooks(written)},
-	})
-	if err != nil {
-		return ph, nil, err
-	}
-	var (
-		mu  sync.Mutex
-		lat []time.Duration
-	)
-	p.Stats().Observe(func(t processor.TxnObservation) {
-		if t.Result == "committed" {
-			mu.Lock()
-			lat = append(lat, t.Duration)
-			mu.Unlock()
-		}
-	})
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	cpu0 := processCPU()
-	start := time.Now()
-	go func() { done <- p.Run(runCtx) }()
-	waitErr := waitCaughtUp(runCtx, brokers, name, input, done)
-	ph.Elapsed = time.Since(start)
-	ph.CPU = processCPU() - cpu0
-	stop()
-	if waitErr != nil {
-		if errors.Is(waitErr, errStopped) {
-			return ph, nil, fmt.Errorf("bench: pipeline stopped: %w", errors.Unwrap(waitErr))
-		}
-		<-done
-		return ph, nil, fmt.Errorf("bench: pipeline: %w", waitErr)
-	}
-	if err := <-done; err != nil {
-		return ph, nil, fmt.Errorf("bench: pipeline: %w", err)
-	}
-	s := p.Stats()
-	got := make(map[string]int64, len(Outcomes))
-	for _, oc := range Outcomes {
-		got[oc] = s.Outcome(oc)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	ph.Records = want // caught up: every input record was consumed in a committed transaction
-	ph.Txns, ph.Aborted = int64(len(lat)), s.Transactions("aborted")
-	ph.P50, ph.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
-	ph.Written = written.n.Load()
-	return ph, got, nil
-}
-
-// Rules are the projection rules of the tests and the demo.
-func Rules() projection.Rules {
-	return projection.Rules{
-		"CaseOpened": projection.Merge, "CaseUpdated": projection.Merge,
-		"CaseEscalated": projection.Merge, "CaseClosed": projection.Delete,
-	}
-}
-
-var errStopped = errors.New("stopped before catching up")
-
-// waitCaughtUp polls until group has committed the end offset of every
-// partition of topic, or the loop (done) returns first.
-func waitCaughtUp(ctx context.Context, brokers []string, group, topic string, done <-chan error) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return err
-	}
-	if err := ends.Error(); err != nil {
-		return err
-	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err == nil {
-				err = errors.New("returned")
-			}
-			return fmt.Errorf("%w: %w", errStopped, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		committed, err := adm.FetchOffsets(ctx, group)
-		if err != nil {
-			continue
-		}
-		behind := false
-		ends.Each(func(e kadm.ListedOffset) {
-			c, ok := committed.Lookup(e.Topic, e.Partition)
-			if e.Offset > 0 && (!ok || c.At < e.Offset) {
-				behind = true
-			}
-		})
-		if !behind {
-			return nil
-		}
-	}
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[int(p*float64(len(s)-1))]
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// peakRSS is the process's VmHWM in bytes (0 when unknown).
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) >= 1 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
-}
-
-// resetPeakRSS resets VmHWM to the current RSS (Linux ≥ 4.0).
-func resetPeakRSS() bool {
-	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+	return d, func() { os.RemoveAll(d) }, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -76,15 +75,11 @@ func Hostile(ctx context.Context, o HostileOptions) ([]HostileRate, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "projector-hostile-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := workDir(o.Dir, "projector-hostile-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	b, err := broker.Start(broker.Options{Dir: filepath.Join(dir, "broker"), Listen: "127.0.0.1:0", Partitions: o.Partitions})
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -116,14 +115,11 @@ func Ingress(ctx context.Context, o IngressOptions) (*IngressResult, error) {
 	if len(o.Clients) == 0 || o.Requests <= 0 || o.Runs <= 0 || o.Partitions <= 0 {
 		return nil, errors.New("bench ingress: clients, requests, runs and partitions must be positive")
 	}
-	dir := o.Dir
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "projector-bench-ingress-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
+	dir, cleanup, err := workDir(o.Dir, "projector-bench-ingress-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(ingressBenchConfig, o.Partitions)), nil)
 	if err != nil {
 		return nil, err

@@ -118,27 +118,24 @@ func (p *positions) done() bool {
 
 // total is the records between the start and the end offsets.
 func (p *positions) total() int64 {
-	var n int64
-	for _, pt := range p.parts {
-		n += max(pt.end-pt.start, 0)
-	}
-	return n
+	return p.sum(func(pt *partition) int64 { return max(pt.end-pt.start, 0) })
 }
 
 // progress is the part of total already behind the committed offsets.
 func (p *positions) progress() int64 {
-	var n int64
-	for _, pt := range p.parts {
-		n += min(max(pt.at-pt.start, 0), max(pt.end-pt.start, 0))
-	}
-	return n
+	return p.sum(func(pt *partition) int64 { return min(max(pt.at-pt.start, 0), max(pt.end-pt.start, 0)) })
 }
 
 // consumed is how many input offsets the group committed past the start.
 func (p *positions) consumed() int64 {
+	return p.sum(func(pt *partition) int64 { return max(pt.at-pt.start, 0) })
+}
+
+// sum adds f over the partitions.
+func (p *positions) sum(f func(*partition) int64) int64 {
 	var n int64
 	for _, pt := range p.parts {
-		n += max(pt.at-pt.start, 0)
+		n += f(pt)
 	}
 	return n
 }

@@ -288,53 +288,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		warnIfNotEmpty(ctx, adm, log, o.Topic)
 	}
 
-	projs, err := app.Projections(cfg)
+	store, p, err := newProcessor(o, pc, res.StateDir, group, brokers, copts)
 	if err != nil {
 		return nil, err
-	}
-	var proj *projection.Projection
-	for _, p := range projs {
-		if p.Name == pc.Name {
-			proj = p
-		}
-	}
-	proj.Topic = o.Topic
-	policy, err := projection.ParsePolicy(cfg.Gaps.OnTimeout)
-	if err != nil {
-		return nil, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
-	}
-	store, err := state.Open(res.StateDir, processor.StoreOptions(int64(cfg.State.CacheSize)))
-	if err != nil {
-		return nil, fmt.Errorf("rebuild: is this rebuild running already? %w", err)
 	}
 	defer store.Close()
-	startOffset := kgo.NewOffset().AtStart()
-	if !o.From.IsZero() {
-		startOffset = kgo.NewOffset().AfterMilli(o.From.UnixMilli())
-	}
-	pcfg := processor.Config{
-		Name: cfg.Name, Group: group, InstanceID: cfg.Kafka.InstanceID, Brokers: brokers, ClientOpts: copts,
-		Inputs: cfg.Kafka.Input, DeadLetterTopic: o.DeadLetterTopic,
-		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
-		Projections: []*projection.Projection{proj}, Store: store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
-		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
-		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
-		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
-		Mode: processor.Rebuild, StartOffset: &startOffset, Logger: log, Hooks: o.Hooks,
-	}
-	if len(cfg.SideEffects) > 0 {
-		// The rules run so that what live would have emitted is counted as
-		// suppressed; in rebuild mode the processor never produces it.
-		rules, err := sideeffects.NewRules(cfg.SideEffects)
-		if err != nil {
-			return nil, &config.Error{Key: "sideEffects", Msg: err.Error()}
-		}
-		pcfg.EffectRules = rules
-	}
-	p, err := processor.New(pcfg)
-	if err != nil {
-		return nil, err
-	}
 
 	began := time.Now()
 	pctx, stop := context.WithCancel(ctx)
@@ -357,21 +315,93 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	log.Info("rebuild started", "projection", pc.Name, "topic", o.Topic, "group", group,
 		"resumed", pos.resumed, "target", res.Target)
+	res.Completed = o.watch(pctx, stopped, pos, adm)
+	res.Duration = time.Since(began) // to the end offsets, or to the stop
+	stop()
+	wg.Wait() // runErr is set
 
+	o.finish(ctx, p, pos, adm, res)
+	if runErr != nil {
+		res.Completed = false
+		return res, fmt.Errorf("rebuild: %w", runErr)
+	}
+	log.Info("rebuild finished", "completed", res.Completed, "records", res.Records, "duration", res.Duration)
+	return res, nil
+}
+
+// newProcessor opens the rebuild's state directory and makes a rebuild-mode
+// processor for projection pc, writing to o.Topic under group from the
+// start of the input (or o.From).
+func newProcessor(o Options, pc *config.Projection, stateDir, group string, brokers []string, copts []kgo.Opt) (*state.Store, *processor.Processor, error) {
+	cfg := o.Config
+	projs, err := app.Projections(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var proj *projection.Projection
+	for _, p := range projs {
+		if p.Name == pc.Name {
+			proj = p
+		}
+	}
+	proj.Topic = o.Topic
+	policy, err := projection.ParsePolicy(cfg.Gaps.OnTimeout)
+	if err != nil {
+		return nil, nil, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
+	}
+	store, err := state.Open(stateDir, processor.StoreOptions(int64(cfg.State.CacheSize)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("rebuild: is this rebuild running already? %w", err)
+	}
+	startOffset := kgo.NewOffset().AtStart()
+	if !o.From.IsZero() {
+		startOffset = kgo.NewOffset().AfterMilli(o.From.UnixMilli())
+	}
+	pcfg := processor.Config{
+		Name: cfg.Name, Group: group, InstanceID: cfg.Kafka.InstanceID, Brokers: brokers, ClientOpts: copts,
+		Inputs: cfg.Kafka.Input, DeadLetterTopic: o.DeadLetterTopic,
+		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
+		Projections: []*projection.Projection{proj}, Store: store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
+		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
+		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
+		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
+		Mode: processor.Rebuild, StartOffset: &startOffset, Logger: o.Logger, Hooks: o.Hooks,
+	}
+	if len(cfg.SideEffects) > 0 {
+		// The rules run so that what live would have emitted is counted as
+		// suppressed; in rebuild mode the processor never produces it.
+		rules, err := sideeffects.NewRules(cfg.SideEffects)
+		if err != nil {
+			store.Close()
+			return nil, nil, &config.Error{Key: "sideEffects", Msg: err.Error()}
+		}
+		pcfg.EffectRules = rules
+	}
+	p, err := processor.New(pcfg)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return store, p, nil
+}
+
+// watch polls the rebuild group's offsets every PollInterval, reporting
+// progress, until they reach the captured end offsets (true) or the
+// processor stops or pctx ends first (false).
+func (o Options) watch(pctx context.Context, stopped <-chan struct{}, pos *positions, adm *kadm.Client) bool {
 	tick := time.NewTicker(o.PollInterval)
 	defer tick.Stop()
-loop:
 	for {
 		select {
 		case <-stopped:
-			break loop
+			return false
 		case <-pctx.Done():
-			break loop
+			return false
 		case <-tick.C:
 		}
 		if err := pos.poll(pctx, adm); err != nil {
 			if pctx.Err() == nil {
-				log.Debug("reading the rebuild group's offsets", "err", err)
+				o.Logger.Debug("reading the rebuild group's offsets", "err", err)
 			}
 			continue
 		}
@@ -379,16 +409,14 @@ loop:
 			o.Progress.update(pos, time.Now())
 		}
 		if pos.done() {
-			res.Completed = true
-			break loop
+			return true
 		}
 	}
-	res.Duration = time.Since(began) // to the end offsets, or to the stop
-	stop()
-	wg.Wait() // runErr is set
+}
 
-	// The final figures: the processor has stopped, so its stats and the
-	// group's offsets are settled.
+// finish fills in the final figures: the processor has stopped, so its stats
+// and the group's offsets are settled.
+func (o Options) finish(ctx context.Context, p *processor.Processor, pos *positions, adm *kadm.Client, res *Result) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := pos.poll(fctx, adm); err == nil && pos.done() {
@@ -399,7 +427,7 @@ loop:
 	for _, oc := range processor.Outcomes {
 		res.Outcomes[oc] = st.Outcome(oc)
 	}
-	for _, se := range cfg.SideEffects {
+	for _, se := range o.Config.SideEffects {
 		res.Suppressed[se.Name] = st.Effects(se.Name, "suppressed")
 	}
 	for _, r := range metrics.DeadLetterReasons() {
@@ -409,12 +437,6 @@ loop:
 	if o.Progress != nil {
 		o.Progress.end(pos, time.Now(), res.Completed)
 	}
-	if runErr != nil {
-		res.Completed = false
-		return res, fmt.Errorf("rebuild: %w", runErr)
-	}
-	log.Info("rebuild finished", "completed", res.Completed, "records", res.Records, "duration", res.Duration)
-	return res, nil
 }
 
 // serveMetrics runs the metrics and the HTTP server when listen is set.

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/topicread"
 	"github.com/projector-dev/projector/internal/workload"
 )
 
@@ -240,7 +241,7 @@ func CheckTransactions(ctx context.Context, brokers []string, topic string) (Txn
 
 // readAll reads every record of topic up to the end offsets at call time:
 // read_committed up to the last stable offsets, read_uncommitted up to the
-// high watermarks. Control records are kept.
+// high watermarks, through topicread. Control records are kept.
 func readAll(ctx context.Context, brokers []string, topic string, committed bool) ([]*kgo.Record, map[int32]int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -260,43 +261,27 @@ func readAll(ctx context.Context, brokers []string, topic string, committed bool
 	if err := ends.Error(); err != nil {
 		return nil, nil, err
 	}
-	want, endAt := map[int32]int64{}, map[int32]int64{}
+	want, endAt := map[int32]topicread.Range{}, map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		endAt[o.Partition] = o.Offset
 		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
+			want[o.Partition] = topicread.Range{Start: topicread.FromStart, End: o.Offset}
 		}
 	})
 	if len(want) == 0 {
 		return nil, endAt, nil
 	}
-	iso := kgo.ReadUncommitted()
-	if committed {
-		iso = kgo.ReadCommitted()
-	}
-	rc, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rc.Close()
 	var out []*kgo.Record
-	for len(want) > 0 {
-		fs := rc.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("soak: read %s: %w", topic, ctx.Err())
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := want[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
+	err = topicread.Partitions(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, map[string]map[int32]topicread.Range{topic: want},
+		topicread.Options{Uncommitted: !committed, Control: true}, func(r *kgo.Record) error {
 			out = append(out, r)
+			return nil
 		})
+	if ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("soak: read %s: %w", topic, ctx.Err())
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("soak: %w", err)
 	}
 	return out, endAt, nil
 }

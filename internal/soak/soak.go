@@ -31,11 +31,7 @@
 package soak
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -43,11 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/testkit"
 	"github.com/projector-dev/projector/internal/workload"
@@ -207,413 +199,262 @@ func Build(ctx context.Context, dir string) (string, error) {
 
 // Run runs one soak and its checks. It returns an error when the soak could
 // not run; a failed check is in Result (Figure.OK() false).
-func Run(ctx context.Context, o Options) (res Result, err error) {
+func Run(ctx context.Context, o Options) (Result, error) {
 	start := time.Now()
 	o.defaults()
 	wo := workload.Defaults()
 	wo.Seed, wo.Events, wo.Aggregates = o.Seed, o.Events, o.Aggregates
 	recs, exp := workload.Generate(wo)
 	o.defaultRate(len(recs))
-	res.Rate = o.Rate
+	r := &run{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed))}
+	defer r.close()
+	r.res.Rate = o.Rate
+	if err := r.setup(ctx, recs, exp); err != nil {
+		return r.res, err
+	}
+	if err := r.faults(ctx); err != nil {
+		return r.res, err
+	}
+	if err := r.stop(ctx); err != nil {
+		return r.res, err
+	}
+	r.logf("checking")
+	if err := r.check(ctx, exp); err != nil {
+		return r.res, err
+	}
+	r.res.Took = time.Since(start)
+	r.logf("%s", r.res.Checked)
+	return r.res, nil
+}
+
+// run is one soak in progress: the broker and worker processes, the input
+// feeder, the receiver of the side effect, and what was seen so far.
+type run struct {
+	o       Options
+	res     Result
+	rng     *rand.Rand
+	closers []func() // run in reverse by close
+	br      *brokerProc
+	brokers []string
+	off     *offsets
+	in      *feeder
+	cfgPath string
+	// rcv is the side effect's receiver and effectKeys the keys it must
+	// see; nil without the side effect.
+	rcv        *receiver
+	effectKeys map[string]bool
+
+	life      int
+	w         *worker
+	base      commits // the groups' committed offsets when this life started
+	afterKill bool    // this life follows a SIGKILL
+	latencies []time.Duration
+	slow      int // restarts slower than RestartBound
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.o.Log, "%s soak: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// onClose has close run f (closers run in reverse, like defers).
+func (r *run) onClose(f func()) { r.closers = append(r.closers, f) }
+
+func (r *run) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+}
+
+// setup makes the work directory, builds the binary if needed, starts the
+// broker (in its own process, persisted to dir/broker), the receiver and the
+// input feeder, and writes the worker's configuration.
+func (r *run) setup(ctx context.Context, recs []workload.Record, exp workload.Expect) error {
+	o := &r.o
+	var err error
 	if o.Dir == "" {
 		if o.Dir, err = os.MkdirTemp("", "projector-soak-"); err != nil {
-			return res, err
-		}
-	}
-	res.Dir = o.Dir
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return res, err
-	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(o.Log, "%s soak: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-	}
-	if o.Binary == "" {
-		logf("building projector")
-		if o.Binary, err = Build(ctx, o.Dir); err != nil {
-			return res, err
-		}
-	}
-	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed))
-
-	// The broker in its own process, persisted to dir/broker.
-	br := &brokerProc{bin: o.Binary, dir: filepath.Join(o.Dir, "broker"), partitions: o.Partitions, logDir: o.Dir}
-	if err := br.start(ctx, "127.0.0.1:0"); err != nil {
-		return res, err
-	}
-	defer br.stop()
-	brokers := []string{br.addr}
-	logf("broker pid %d on %s", br.cmd.Process.Pid, br.addr)
-	if err := testkit.CreateTopic(ctx, brokers, InputTopic, int32(o.Partitions)); err != nil {
-		return res, err
-	}
-	off, err := newOffsets(brokers)
-	if err != nil {
-		return res, err
-	}
-	defer off.close()
-
-	res.Figure = Figure{Events: len(recs), Dupes: exp.Duplicates, Seed: o.Seed}
-	logf("workload: %d records (%d events, %d duplicates, %d invalid, %d conflicts), %d aggregates; input at %d records/s while killing",
-		len(recs), o.Events, exp.Duplicates, exp.Invalid, exp.Conflicts, len(exp.Final), o.Rate)
-
-	var (
-		rcv        *receiver
-		effectKeys map[string]bool
-		effects    string
-	)
-	if !o.NoEffects {
-		if rcv, err = startReceiver(o.ReceiverMin, o.ReceiverMax, o.Seed); err != nil {
-			return res, err
-		}
-		defer rcv.close()
-		effectKeys = ExpectedEffectKeys(recs)
-		effects = fmt.Sprintf(effectsConfig, EffectName, EffectOn, rcv.url)
-		logf("side effect %s on %s: %d keys expected; receiver %s answers in %s–%s", EffectName, EffectOn, len(effectKeys), rcv.url, o.ReceiverMin, o.ReceiverMax)
-	}
-	cfgPath := filepath.Join(o.Dir, "projector.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(workerConfig, o.MaxRecordsPerTxn, filepath.Join(o.Dir, "state"))+effects), 0o644); err != nil {
-		return res, err
-	}
-
-	// The producer: the input arrives in chunks, at o.Rate (a twentieth of
-	// it every 50ms), while the worker is killed and restarted, and pauses
-	// while a second's worth waits uncommitted. brokerMu keeps a broker
-	// restart out of a chunk (a half-produced chunk retried would duplicate
-	// the conflicts and invalid records whose dead letters the checker
-	// counts exactly).
-	var brokerMu sync.RWMutex
-	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DisableIdempotentWrite(), kgo.ProducerLinger(0),
-		kgo.MaxBufferedRecords(100_000), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
-	if err != nil {
-		return res, err
-	}
-	defer prod.Close()
-	prodDone := make(chan error, 1)
-	unthrottle := make(chan struct{})
-	pctx, pcancel := context.WithCancel(ctx)
-	defer pcancel()
-	go func() {
-		const ticks = 20 // a second
-		chunk, backlog := max(o.Rate/ticks, 1), int64(max(o.Rate, 1))
-		tick := time.NewTicker(time.Second / ticks)
-		defer tick.Stop()
-		throttled := true
-		for i := 0; i < len(recs); {
-			n := 5000
-			if throttled {
-				select {
-				case <-pctx.Done():
-					prodDone <- pctx.Err()
-					return
-				case <-unthrottle:
-					throttled = false
-					continue
-				case <-tick.C:
-				}
-				if p, err := off.pending(pctx); err != nil || p >= backlog {
-					continue
-				}
-				n = chunk
-			}
-			brokerMu.RLock()
-			err := produce(pctx, prod, recs[i:min(i+n, len(recs))])
-			brokerMu.RUnlock()
-			if err != nil {
-				prodDone <- err
-				return
-			}
-			i += n
-		}
-		prodDone <- nil
-	}()
-	producing := true
-	inputDone := func(block bool) error {
-		if !producing {
-			return nil
-		}
-		if block {
-			if err := <-prodDone; err != nil {
-				return fmt.Errorf("soak: produce: %w", err)
-			}
-		} else {
-			select {
-			case err := <-prodDone:
-				if err != nil {
-					return fmt.Errorf("soak: produce: %w", err)
-				}
-			default:
-				return nil
-			}
-		}
-		producing = false
-		logf("input complete")
-		return nil
-	}
-
-	// Which fault slots restart the broker instead of a SIGKILL.
-	slots := o.Kills + o.BrokerRestarts
-	restartAt := map[int]bool{}
-	for len(restartAt) < min(o.BrokerRestarts, max(slots-1, 0)) {
-		restartAt[1+rng.IntN(max(slots-1, 1))] = true
-	}
-
-	life := 0
-	var (
-		w         *worker
-		base      commits // the groups' committed offsets when this life started
-		afterKill bool    // this life follows a SIGKILL
-	)
-	startWorker := func(killed bool) error {
-		life++
-		var err error
-		if base, err = off.readRetry(ctx, time.Minute); err != nil {
 			return err
 		}
-		afterKill = killed
-		w, err = startProc(ctx, o.Binary, filepath.Join(o.Dir, "logs", fmt.Sprintf("worker-%03d.log", life)),
-			"run", "--config", cfgPath, "--brokers", br.addr, "--log-format", "json", "--log-level", "info")
+	}
+	r.res.Dir = o.Dir
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return err
 	}
-	// countRestore inspects a finished life's log: did its restore bring
-	// back records the state directory lacked?
-	countRestore := func(w *worker) {
-		if life > 1 && w.restoredRecords() > 0 {
-			res.KillsBetweenCommitAndPebble++
-		}
-	}
-	selfExit := func() error {
-		res.WorkerExits = append(res.WorkerExits, fmt.Sprintf("life %d: exit %d: %s", life, w.code, w.tail()))
-		logf("worker exited by itself (exit %d): %s", w.code, w.tail())
-		if w.panicked() {
-			return fmt.Errorf("soak: worker panicked or raced: %s", w.log)
-		}
-		countRestore(w)
-		return startWorker(false)
-	}
-	if err := startWorker(false); err != nil {
-		return res, err
-	}
-	var latencies []time.Duration
-	slot, slow := 0, 0
-	// restarted records a life's first commit after a SIGKILL.
-	restarted := func(m moved) {
-		afterKill = false // measured once per life
-		lat := m.at.Sub(w.started)
-		latencies = append(latencies, lat)
-		res.Restarts = append(res.Restarts, Restart{Life: life, FirstCommit: lat, By: m.by})
-		if lat > o.RestartBound {
-			slow++
-		}
-		logf("life %d: first commit %s after its start (%s offsets moved)", life, lat.Round(time.Millisecond), m.by)
-	}
-	for slot < slots {
-		if err := ctx.Err(); err != nil {
-			w.kill()
-			return res, err
-		}
-		if err := w.waitStarted(2 * time.Minute); err != nil {
-			w.kill()
-			return res, err
-		}
-		// Wait for the life's first committed transaction: a kill during the
-		// group join tests little, and after a kill this is the restart
-		// latency.
-		moved, err := off.waitMoved(ctx, base, w, o.FirstCommitTimeout)
-		if err != nil {
-			w.kill()
-			return res, fmt.Errorf("soak: life %d: %w: %s", life, err, w.tail())
-		}
-		if moved.by == "" { // exited while waiting
-			if err := selfExit(); err != nil {
-				return res, err
-			}
-			continue
-		}
-		if afterKill {
-			restarted(moved)
-			if o.StopAfterSlow > 0 && slow >= o.StopAfterSlow {
-				res.StoppedEarly = fmt.Sprintf("%d restarts took longer than %s to commit", slow, o.RestartBound)
-				logf("stopping the kills early: %s", res.StoppedEarly)
-				break
-			}
-		}
-		// Offsets at the life's first commit: a kill counts as "while
-		// offsets move" only if the processor committed again after it,
-		// in the random while below (the first commit itself is what
-		// waitMoved waited for, so it proves nothing).
-		atFirst, err := off.readRetry(ctx, time.Minute)
-		if err != nil {
-			w.kill()
-			return res, err
-		}
-		// Live a random while under load, then strike at the next moment
-		// the processor has input it has not committed (the input arrives
-		// every 50ms and is often processed within a few ms; striking
-		// then puts the kill inside its work).
-		d := o.KillMin + time.Duration(rng.Int64N(int64(o.KillMax-o.KillMin)))
-		select {
-		case <-time.After(d):
-		case <-w.exited:
-		}
-		pending := off.waitPending(ctx, w, time.Second)
-		if err := inputDone(false); err != nil {
-			w.kill()
-			return res, err
-		}
-		if !producing && pending == 0 && !w.hasExited() {
-			// A restart now would find nothing to commit.
-			res.StoppedEarly = fmt.Sprintf("the input ran out after %d kills (more --events or a lower --rate)", len(res.Kills))
-			logf("stopping the kills early: %s", res.StoppedEarly)
-			break
-		}
-		if w.hasExited() {
-			if err := selfExit(); err != nil {
-				return res, err
-			}
-			continue
-		}
-		slot++
-		if restartAt[slot] {
-			// Restart the broker under load instead of this slot's SIGKILL;
-			// the worker lives through it or exits and is restarted.
-			brokerMu.Lock()
-			logf("restarting the broker (fault %d)", slot)
-			err := br.restart(ctx)
-			brokerMu.Unlock()
-			if err != nil {
-				w.kill()
-				return res, err
-			}
-			res.BrokerRestarts++
-			// The kill that follows waits for this life's progress after
-			// the broker came back.
-			if base, err = off.readRetry(ctx, time.Minute); err != nil {
-				w.kill()
-				return res, err
-			}
-			continue
-		}
-		k := Kill{Life: life, Lived: time.Since(moved.at), Pending: pending}
-		now, cerr := off.read(ctx)
-		w.kill()
-		k.Moving = cerr == nil && now.proc > atFirst.proc
-		res.Kills = append(res.Kills, k)
-		if k.Moving {
-			res.KillsMoving++
-		}
-		if k.Pending > 0 {
-			res.KillsPending++
-		}
-		res.Figure.Crashes++
-		countRestore(w)
-		logf("kill %d/%d: life %d killed %s after its first commit; processor offsets moving %t, %d input records pending",
-			len(res.Kills), o.Kills, life, k.Lived.Round(time.Millisecond), k.Moving, k.Pending)
-		// A commit the dead process sent just before its kill may still be
-		// landing: let it, so it is not taken for the next life's.
-		time.Sleep(50 * time.Millisecond)
-		if err := startWorker(true); err != nil {
-			return res, err
-		}
-	}
-	// The last kill's restart, measured like the others (the input is still
-	// paced, so it has records waiting).
-	if afterKill {
-		m, err := off.waitMoved(ctx, base, w, o.FirstCommitTimeout)
-		if err != nil {
-			w.kill()
-			return res, fmt.Errorf("soak: life %d: %w: %s", life, err, w.tail())
-		}
-		if m.by != "" {
-			restarted(m)
-		}
-	}
-	res.RestartLatency = Summarise(latencies, o.RestartBound)
-	if len(res.Kills) > 0 {
-		logf("restart → first commit: %s", res.RestartLatency)
-		logf("kills while offsets moving: %d/%d; with input pending: %d/%d", res.KillsMoving, len(res.Kills), res.KillsPending, len(res.Kills))
-	}
-	close(unthrottle)
-	if err := inputDone(true); err != nil {
-		w.kill()
-		return res, err
-	}
-	// Let the last life catch up – the processor on the input, the executor
-	// with every expected key settled – then stop it cleanly
-	// (SIGTERM → exit 0).
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute+time.Duration(o.Events/5000)*time.Second)
-	defer cancel()
-	caughtUp := func() error {
-		if err := testkit.WaitCaughtUp(wctx, brokers, Name, InputTopic); err != nil {
+	if o.Binary == "" {
+		r.logf("building projector")
+		if o.Binary, err = Build(ctx, o.Dir); err != nil {
 			return err
 		}
-		if rcv == nil {
-			return nil
-		}
-		// The executor's committed offsets stop short of the effects
-		// topic's end (its last transaction marker): it has caught up when
-		// every expected key has succeeded in its ledger.
-		for {
-			unsettled, _, _, err := ledgerSettled(wctx, brokers, effectKeys)
-			if err == nil && unsettled == 0 {
-				return nil
-			}
-			if w.hasExited() {
-				return fmt.Errorf("soak: worker exited with %d keys unsettled", unsettled)
-			}
-			select {
-			case <-wctx.Done():
-				return fmt.Errorf("soak: %d side-effect keys not settled: %v: %w", unsettled, err, wctx.Err())
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
 	}
+	r.br = &brokerProc{bin: o.Binary, dir: filepath.Join(o.Dir, "broker"), partitions: o.Partitions, logDir: o.Dir}
+	if err := r.br.start(ctx, "127.0.0.1:0"); err != nil {
+		return err
+	}
+	r.onClose(r.br.stop)
+	r.brokers = []string{r.br.addr}
+	r.logf("broker pid %d on %s", r.br.cmd.Process.Pid, r.br.addr)
+	if err := testkit.CreateTopic(ctx, r.brokers, InputTopic, int32(o.Partitions)); err != nil {
+		return err
+	}
+	if r.off, err = newOffsets(r.brokers); err != nil {
+		return err
+	}
+	r.onClose(r.off.close)
+	r.res.Figure = Figure{Events: len(recs), Dupes: exp.Duplicates, Seed: o.Seed}
+	r.logf("workload: %d records (%d events, %d duplicates, %d invalid, %d conflicts), %d aggregates; input at %d records/s while killing",
+		len(recs), o.Events, exp.Duplicates, exp.Invalid, exp.Conflicts, len(exp.Final), o.Rate)
+	effects := ""
+	if !o.NoEffects {
+		if r.rcv, err = startReceiver(o.ReceiverMin, o.ReceiverMax, o.Seed); err != nil {
+			return err
+		}
+		r.onClose(r.rcv.close)
+		r.effectKeys = ExpectedEffectKeys(recs)
+		effects = fmt.Sprintf(effectsConfig, EffectName, EffectOn, r.rcv.url)
+		r.logf("side effect %s on %s: %d keys expected; receiver %s answers in %s–%s", EffectName, EffectOn, len(r.effectKeys), r.rcv.url, o.ReceiverMin, o.ReceiverMax)
+	}
+	r.cfgPath = filepath.Join(o.Dir, "projector.yaml")
+	if err := os.WriteFile(r.cfgPath, []byte(fmt.Sprintf(workerConfig, o.MaxRecordsPerTxn, filepath.Join(o.Dir, "state"))+effects), 0o644); err != nil {
+		return err
+	}
+	r.in, err = startFeeder(ctx, r.brokers, r.off, recs, o.Rate, r.logf)
+	if err != nil {
+		return err
+	}
+	r.onClose(r.in.close)
+	return nil
+}
+
+// startWorker starts the next life of the worker; killed says it follows a
+// SIGKILL (its first commit is then a restart's latency).
+func (r *run) startWorker(ctx context.Context, killed bool) error {
+	r.life++
+	var err error
+	if r.base, err = r.off.readRetry(ctx, time.Minute); err != nil {
+		return err
+	}
+	r.afterKill = killed
+	r.w, err = startProc(ctx, r.o.Binary, filepath.Join(r.o.Dir, "logs", fmt.Sprintf("worker-%03d.log", r.life)),
+		"run", "--config", r.cfgPath, "--brokers", r.br.addr, "--log-format", "json", "--log-level", "info")
+	return err
+}
+
+// countRestore inspects a finished life's log: did its restore bring back
+// records the state directory lacked?
+func (r *run) countRestore() {
+	if r.life > 1 && r.w.restoredRecords() > 0 {
+		r.res.KillsBetweenCommitAndPebble++
+	}
+}
+
+// selfExit records a worker exit the soak did not cause and starts the next
+// life (a panic or a race ends the soak).
+func (r *run) selfExit(ctx context.Context) error {
+	w := r.w
+	r.res.WorkerExits = append(r.res.WorkerExits, fmt.Sprintf("life %d: exit %d: %s", r.life, w.code, w.tail()))
+	r.logf("worker exited by itself (exit %d): %s", w.code, w.tail())
+	if w.panicked() {
+		return fmt.Errorf("soak: worker panicked or raced: %s", w.log)
+	}
+	r.countRestore()
+	return r.startWorker(ctx, false)
+}
+
+// restarted records a life's first commit after a SIGKILL.
+func (r *run) restarted(m moved) {
+	r.afterKill = false // measured once per life
+	lat := m.at.Sub(r.w.started)
+	r.latencies = append(r.latencies, lat)
+	r.res.Restarts = append(r.res.Restarts, Restart{Life: r.life, FirstCommit: lat, By: m.by})
+	if lat > r.o.RestartBound {
+		r.slow++
+	}
+	r.logf("life %d: first commit %s after its start (%s offsets moved)", r.life, lat.Round(time.Millisecond), m.by)
+}
+
+// stop lets the last life catch up – the processor on the input, the
+// executor with every expected key settled – then stops it cleanly
+// (SIGTERM → exit 0).
+func (r *run) stop(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute+time.Duration(r.o.Events/5000)*time.Second)
+	defer cancel()
 	for {
-		err := caughtUp()
+		err := r.caughtUp(wctx)
 		if err == nil {
 			break
 		}
-		if w.hasExited() && wctx.Err() == nil {
-			if err := selfExit(); err != nil {
-				return res, err
+		if r.w.hasExited() && wctx.Err() == nil {
+			if err := r.selfExit(ctx); err != nil {
+				return err
 			}
 			continue
 		}
-		w.kill()
-		return res, err
+		r.w.kill()
+		return err
 	}
-	logf("caught up; stopping the worker with SIGTERM")
-	if err := w.waitStarted(time.Minute); err != nil { // its signal handler is installed by then
-		w.kill()
-		return res, err
+	r.logf("caught up; stopping the worker with SIGTERM")
+	if err := r.w.waitStarted(time.Minute); err != nil { // its signal handler is installed by then
+		r.w.kill()
+		return err
 	}
-	if code := w.term(time.Minute); code != 0 {
-		return res, fmt.Errorf("soak: worker exit %d after SIGTERM (want 0): %s", code, w.tail())
+	if code := r.w.term(time.Minute); code != 0 {
+		return fmt.Errorf("soak: worker exit %d after SIGTERM (want 0): %s", code, r.w.tail())
 	}
-	countRestore(w)
-	res.Figure.Faults = res.Figure.Crashes + res.BrokerRestarts
-	logf("checking")
+	r.countRestore()
+	r.res.Figure.Faults = r.res.Figure.Crashes + r.res.BrokerRestarts
+	return nil
+}
+
+// caughtUp waits until the processor committed the whole input and, with the
+// side effect, every expected key succeeded in the executor's ledger.
+func (r *run) caughtUp(wctx context.Context) error {
+	if err := testkit.WaitCaughtUp(wctx, r.brokers, Name, InputTopic); err != nil {
+		return err
+	}
+	if r.rcv == nil {
+		return nil
+	}
+	// The executor's committed offsets stop short of the effects topic's end
+	// (its last transaction marker): it has caught up when every expected
+	// key has succeeded in its ledger.
+	for {
+		unsettled, _, _, err := ledgerSettled(wctx, r.brokers, r.effectKeys)
+		if err == nil && unsettled == 0 {
+			return nil
+		}
+		if r.w.hasExited() {
+			return fmt.Errorf("soak: worker exited with %d keys unsettled", unsettled)
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("soak: %d side-effect keys not settled: %v: %w", unsettled, err, wctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// check runs the checks on the outputs, the changelogs and the side effect.
+func (r *run) check(ctx context.Context, exp workload.Expect) error {
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer ccancel()
 	txnTopics := []string{Name + "." + InputTopic + ".changelog"}
-	if rcv != nil {
+	if r.rcv != nil {
 		txnTopics = append(txnTopics, EffectsTopic, sideeffects.ChangelogTopic(Name, EffectsTopic))
 	}
-	c, err := Check(cctx, brokers, ProjTopic, DLQTopic, exp, txnTopics...)
+	c, err := Check(cctx, r.brokers, ProjTopic, DLQTopic, exp, txnTopics...)
 	if err != nil {
-		return res, err
+		return err
 	}
-	if rcv != nil {
-		e, err := checkEffects(cctx, brokers, rcv, effectKeys)
+	if r.rcv != nil {
+		e, err := checkEffects(cctx, r.brokers, r.rcv, r.effectKeys)
 		if err != nil {
-			return res, err
+			return err
 		}
 		c.Effects = &e
 	}
-	res.Checked = c
-	c.Apply(&res.Figure)
-	res.Took = time.Since(start)
-	logf("%s", c)
-	return res, nil
+	r.res.Checked = c
+	c.Apply(&r.res.Figure)
+	return nil
 }
 
 const workerConfig = `name: soak
@@ -645,132 +486,3 @@ const effectsConfig = `sideEffects:
     maxAttempts: 50
     onUnknown: retry
 `
-
-// produce writes recs to the input, key-hash partitioned like
-// testkit.Produce, synchronously. The client is not idempotent: no request
-// is in flight across a broker restart (brokerMu), and the restarted broker
-// need not know the producer's sequence numbers.
-func produce(ctx context.Context, cl *kgo.Client, recs []workload.Record) error {
-	batch := make([]*kgo.Record, 0, len(recs))
-	for _, r := range recs {
-		batch = append(batch, &kgo.Record{Topic: InputTopic, Key: r.Key, Value: r.Value})
-	}
-	return cl.ProduceSync(ctx, batch...).FirstErr()
-}
-
-// worker is one life of `projector run`.
-type worker struct {
-	cmd     *exec.Cmd
-	started time.Time // just before cmd.Start
-	log     string    // path of its stderr
-	f       *os.File
-	exited  chan struct{}
-	code    int
-}
-
-func startProc(ctx context.Context, bin, logPath string, args ...string) (*worker, error) {
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	w := &worker{cmd: cmd, started: started, log: logPath, f: f, exited: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			w.code = ee.ExitCode()
-		} else if err != nil {
-			w.code = -1
-		}
-		f.Close()
-		close(w.exited)
-	}()
-	return w, nil
-}
-
-func (w *worker) hasExited() bool {
-	select {
-	case <-w.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitStarted waits until the worker logged that it consumes (or exited).
-func (w *worker) waitStarted(within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		b, _ := os.ReadFile(w.log)
-		if bytes.Contains(b, []byte("processor started")) || w.hasExited() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("soak: worker did not start within %s: %s", within, w.tail())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (w *worker) kill() {
-	_ = w.cmd.Process.Signal(syscall.SIGKILL)
-	<-w.exited
-}
-
-// term sends SIGTERM and returns the exit code.
-func (w *worker) term(within time.Duration) int {
-	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.exited:
-		return w.code
-	case <-time.After(within):
-		w.kill()
-		return -1
-	}
-}
-
-func (w *worker) tail() string {
-	b, _ := os.ReadFile(w.log)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.Join(lines[max(len(lines)-3, 0):], " | ")
-}
-
-func (w *worker) panicked() bool {
-	b, _ := os.ReadFile(w.log)
-	return bytes.Contains(b, []byte("panic:")) || bytes.Contains(b, []byte("DATA RACE"))
-}
-
-// restoredRecords sums the records restored from the changelog in this life.
-func (w *worker) restoredRecords() int {
-	f, err := os.Open(w.log)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if !bytes.Contains(sc.Bytes(), []byte("restored state from changelog")) {
-			continue
-		}
-		var l struct {
-			Records int `json:"records"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) == nil {
-			n += l.Records
-		}
-	}
-	return n
-}

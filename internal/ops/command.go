@@ -1,0 +1,157 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/processor"
+)
+
+// Sent is where a command record landed.
+type Sent struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+func (s Sent) String() string { return fmt.Sprintf("%s/%d@%d", s.Topic, s.Partition, s.Offset) }
+
+// SkipGap produces a skip-gap command for aggregate. Each destination is an
+// input topic and a partition; a partition < 0 means "by key", Kafka's
+// default key partitioner (murmur2), which is where a well-keyed producer put
+// the aggregate's events.
+func SkipGap(ctx context.Context, brokers []string, opts []kgo.Opt, cmd processor.Command, dests []Sent) ([]Sent, error) {
+	cmd.Op = "skip-gap"
+	if cmd.Aggregate == "" {
+		return nil, errors.New("ops: skip-gap needs an aggregate")
+	}
+	val, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	byKey := kgo.StickyKeyPartitioner(nil)
+	part := kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		tp := byKey.ForTopic(topic)
+		return func(r *kgo.Record, n int) int {
+			if want, ok := r.Context.Value(partitionKey{}).(int32); ok && want >= 0 {
+				return min(int(want), n-1) // checked above
+			}
+			return tp.Partition(r, n)
+		}
+	})
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(part)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	// Check the partitions first: a command must never land elsewhere.
+	var topics []string
+	for _, d := range dests {
+		topics = append(topics, d.Topic)
+	}
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("ops: describe %s: %w", strings.Join(topics, ", "), err)
+	}
+	for _, d := range dests {
+		t, ok := td[d.Topic]
+		if !ok {
+			return nil, fmt.Errorf("ops: input topic %s does not exist", d.Topic)
+		}
+		if t.Err != nil {
+			return nil, fmt.Errorf("ops: input topic %s: %w", d.Topic, t.Err)
+		}
+		if d.Partition >= int32(len(t.Partitions)) {
+			return nil, fmt.Errorf("ops: %s has no partition %d", d.Topic, d.Partition)
+		}
+	}
+	var recs []*kgo.Record
+	for _, d := range dests {
+		recs = append(recs, &kgo.Record{
+			Topic: d.Topic, Key: []byte(cmd.Aggregate), Value: val,
+			Headers: []kgo.RecordHeader{{Key: processor.HeaderCommand, Value: []byte(cmd.Op)}},
+			Context: context.WithValue(ctx, partitionKey{}, d.Partition),
+		})
+	}
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		return nil, fmt.Errorf("ops: produce skip-gap command: %w", err)
+	}
+	// Results come in completion order; the records themselves are in ours.
+	out := make([]Sent, 0, len(recs))
+	for i, r := range recs {
+		if want := dests[i].Partition; want >= 0 && r.Partition != want {
+			return nil, fmt.Errorf("ops: %s has no partition %d", r.Topic, want)
+		}
+		out = append(out, Sent{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
+	}
+	return out, nil
+}
+
+type partitionKey struct{}
+
+// Worker describes the consumer group of the processor.
+type Worker struct {
+	State   string // Stable, Empty, Dead, …
+	Members int
+}
+
+// Running reports whether the group has members.
+func (w Worker) Running() bool { return w.Members > 0 }
+
+// DescribeWorker describes the processor's consumer group.
+func DescribeWorker(ctx context.Context, brokers []string, opts []kgo.Opt, group string) (Worker, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		return Worker{}, err
+	}
+	defer cl.Close()
+	gs, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		return Worker{}, fmt.Errorf("ops: describe group %s: %w", group, err)
+	}
+	g, ok := gs[group]
+	if !ok {
+		return Worker{State: "Dead"}, nil
+	}
+	if g.Err != nil {
+		return Worker{}, fmt.Errorf("ops: describe group %s: %w", group, g.Err)
+	}
+	return Worker{State: g.State, Members: len(g.Members)}, nil
+}
+
+// ErrNotApplied reports a command the worker did not apply within the wait.
+var ErrNotApplied = errors.New("ops: command not applied in time")
+
+// Await is the wait half of every operator command: a command is a record
+// the worker applies in its own time, so the tool polls the committed state
+// (applied reads it) every interval until the command shows. It returns nil
+// once applied reports true, ErrNotApplied when timeout has passed, and
+// ctx.Err() when ctx ends first.
+func Await(ctx context.Context, timeout, interval time.Duration, applied func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := applied()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return ErrNotApplied
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
