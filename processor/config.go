@@ -12,7 +12,6 @@ import (
 	"github.com/projector-dev/projector/internal/changelog"
 	"github.com/projector-dev/projector/internal/envelope"
 	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/state"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -63,7 +62,7 @@ type Config struct {
 	// EffectRules turn applied events into side-effect intents (the
 	// configured sideEffects); nil means only handler-returned intents.
 	EffectRules EffectRules
-	Store       *state.Store
+	Store       *Store
 	Dedup       *dedup.Store
 
 	HoldTimeout time.Duration     // default 5m
@@ -175,10 +174,10 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// StoreOptions are the state.Options of a processor's store, with a block
-// cache of cacheBytes (0: the store's default).
-func StoreOptions(cacheBytes int64) state.Options {
-	return state.Options{CacheBytes: cacheBytes, Cached: cached, FilterOnly: heldKey}
+// StoreOptions are the options of a processor's store, with a block cache of
+// cacheBytes (0: the store's default).
+func StoreOptions(cacheBytes int64) StoreConfig {
+	return StoreConfig{CacheBytes: cacheBytes, Cached: cached, FilterOnly: heldKey}
 }
 
 // heldKey selects the held events among the cached keys for the filter
