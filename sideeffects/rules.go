@@ -43,7 +43,7 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // NewRules compiles the configured effects. It fails only for effects that
 // would not pass config validation (bad key template).
-func NewRules(effects []config.SideEffect) (*Rules, error) {
+func NewRules(effects []EffectRule) (*Rules, error) {
 	r := &Rules{byType: make(map[string][]int)}
 	for i, se := range effects {
 		tpl, err := se.KeyTemplate()
@@ -63,13 +63,13 @@ func NewRules(effects []config.SideEffect) (*Rules, error) {
 }
 
 // Effect returns the configuration of the named effect.
-func (r *Rules) Effect(name string) (config.SideEffect, bool) {
+func (r *Rules) Effect(name string) (EffectRule, bool) {
 	for _, ru := range r.effects {
 		if ru.cfg.Name == name {
 			return ru.cfg, true
 		}
 	}
-	return config.SideEffect{}, false
+	return EffectRule{}, false
 }
 
 // Intents returns one intent per configured effect that the event triggers,
@@ -90,7 +90,7 @@ func (r *Rules) Effect(name string) (config.SideEffect, bool) {
 //
 // A `when` condition on a field the event does not have does not match (no
 // intent, no error).
-func (r *Rules) Intents(projectionName string, ev *envelope.Event, version int64) ([]projection.Intent, error) {
+func (r *Rules) Intents(projectionName string, ev *projection.Event, version int64) ([]projection.Intent, error) {
 	idx := r.byType[ev.EventType]
 	if len(idx) == 0 {
 		return nil, nil

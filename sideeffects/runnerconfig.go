@@ -29,15 +29,15 @@ type Store interface {
 // Effect is how the Runner executes one configured effect.
 type Effect struct {
 	Executor Executor
-	// MaxAttempts bounds the calls per key; default config.DefaultMaxAttempts.
+	// MaxAttempts bounds the calls per key; default DefaultMaxAttempts.
 	MaxAttempts int
-	// OnUnknown is config.OnUnknownRetry (default) or config.OnUnknownPark.
+	// OnUnknown is OnUnknownRetry (default) or OnUnknownPark.
 	OnUnknown string
 	// Timeout bounds one call: the Runner cancels it at the attempt's start
 	// (as recorded in the ledger) plus Timeout, and retries an unknown
 	// outcome no sooner than that deadline plus DeadlineMargin. Zero takes
 	// the executor's own timeout if it is a *Webhook with one, else
-	// config.DefaultWebhookTimeout.
+	// DefaultWebhookTimeout.
 	Timeout time.Duration
 }
 
@@ -51,7 +51,7 @@ const DeadlineMargin = time.Second
 
 // EffectsFromConfig builds the Runner's effects from the configuration, each
 // with a Webhook executor.
-func EffectsFromConfig(ses []config.SideEffect) map[string]Effect {
+func EffectsFromConfig(ses []EffectRule) map[string]Effect {
 	m := make(map[string]Effect, len(ses))
 	for _, s := range ses {
 		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,

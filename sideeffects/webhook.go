@@ -107,7 +107,7 @@ const maxResponseBody = 1 << 20
 // Webhook POSTs the intent value to a URL.
 type Webhook struct {
 	URL     string
-	Timeout time.Duration // per request, including reading the response; 0: config.DefaultWebhookTimeout
+	Timeout time.Duration // per request, including reading the response; 0: DefaultWebhookTimeout
 	// Client is the HTTP client; nil uses a shared one that does not follow
 	// redirects (a redirect is reported as failed: the effect's URL is wrong).
 	Client *http.Client
@@ -118,7 +118,7 @@ var defaultClient = &http.Client{
 }
 
 // NewWebhook returns the executor for an effect's webhook configuration.
-func NewWebhook(w config.Webhook) *Webhook {
+func NewWebhook(w WebhookConfig) *Webhook {
 	return &Webhook{URL: w.URL, Timeout: time.Duration(w.Timeout)}
 }
 
