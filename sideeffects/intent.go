@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/projector-dev/projector/internal/envelope"
 	"github.com/projector-dev/projector/internal/jsonenc"
 	"github.com/projector-dev/projector/projection"
 )
@@ -37,7 +36,7 @@ type Intent struct {
 // rawEvent is the envelope exactly as consumed, embedded unchanged so the
 // receiver sees the producer's bytes. version is the version the projection
 // applied (the envelope's aggregateVersion for versioned projections).
-func IntentValue(in projection.Intent, projectionName string, ev *envelope.Event, version int64, rawEvent []byte) []byte {
+func IntentValue(in projection.Intent, projectionName string, ev *projection.Event, version int64, rawEvent []byte) []byte {
 	raw := bytes.TrimSpace(rawEvent)
 	if len(raw) == 0 {
 		raw = []byte("null")
