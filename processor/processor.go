@@ -45,9 +45,9 @@ type taskState struct {
 	// have not run yet: gaps still lists them (decision 004), but they are
 	// not due again.
 	inflight map[gapKey]struct{}
-	sweep    *dedup.Sweeper
-	filter   *dedup.Filter // ids marked in this task (superset: may include aborted marks)
-	recent   *dedup.Recent // committed marks, most recent (commit hooks add)
+	// dedup is the task's dedup state (filter, recent ids, sweeper): it
+	// survives a re-restore.
+	dedup *dedup.Partition
 }
 
 // recentIDs sizes each task's front cache of committed event ids, which
@@ -125,23 +125,16 @@ func (h *pipeline) Restored(t *eos.Task) error {
 	ts := &taskState{gaps: make(map[gapKey]int64), sums: make(map[string]*gapSum), inflight: make(map[gapKey]struct{})}
 	p := (*Processor)(h)
 	if old, ok := t.Data.(*taskState); ok {
-		ts.sweep = old.sweep // a pass in progress survives a re-restore
-		ts.filter = old.filter
-		if t.RestoredRecords == 0 {
-			ts.recent = old.recent // nothing changed underneath
+		ts.dedup = old.dedup // a sweep in progress survives a re-restore
+		if err := ts.dedup.Restored(p.cfg.Store.Scan, t.RestoredRecords > 0, recentIDs); err != nil {
+			return err
 		}
 	} else {
-		ts.sweep = p.cfg.Dedup.NewSweeper(p.cfg.Now())
-	}
-	if ts.filter == nil || t.RestoredRecords > 0 {
-		f, err := dedup.BuildFilter(p.cfg.Store.Scan, t.Prefix)
+		d, err := p.cfg.Dedup.NewPartition(p.cfg.Store.Scan, t.Prefix, recentIDs, p.cfg.Now())
 		if err != nil {
 			return err
 		}
-		ts.filter = f
-	}
-	if ts.recent == nil {
-		ts.recent = dedup.NewRecent(recentIDs)
+		ts.dedup = d
 	}
 	t.Data = ts
 	// The gap index from the aggregate records: their held count covers
@@ -195,17 +188,17 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 		if !ok || err != nil {
 			return
 		}
-		if ts.filter.Full() {
+		if ts.dedup.FilterFull() {
 			// Rebuild larger from what is committed; marks staged since
 			// are re-added as this transaction marks them anyway.
 			// Through the txn: the previous transaction's marks may
 			// still be on their way to Pebble.
-			if ts.filter, err = dedup.BuildFilter(b.For(t).Txn.Scan, t.Prefix); err != nil {
+			if err = ts.dedup.RebuildFilter(b.For(t).Txn.Scan); err != nil {
 				return
 			}
 		}
-		if ts.sweep.Due(b.Now) { // most transactions: no task batch just for this
-			_, err = p.cfg.Dedup.Sweep(ts.sweep, b.For(t).Txn, t.Prefix, b.Now, sweepChunk)
+		if ts.dedup.SweepDue(b.Now) { // most transactions: no task batch just for this
+			_, err = ts.dedup.Sweep(b.For(t).Txn, b.Now, sweepChunk)
 		}
 	})
 	return err
@@ -219,6 +212,6 @@ func (h *pipeline) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 // one record (eos.Stager).
 func (h *pipeline) Stage(b *eos.Batch) {
 	if tl, ok := b.Data.(*tally); ok {
-		h.cfg.Dedup.Stage(b.Txn, &tl.seg, b.Task().Prefix)
+		tl.ts.dedup.Stage(b.Txn, &tl.seg)
 	}
 }

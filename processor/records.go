@@ -59,7 +59,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	fp := ev.Fingerprint()
 	id := dedup.MakeID(ev.TenantID, ev.EventID)
 	ts := t.Data.(*taskState)
-	verdict, err := p.cfg.Dedup.Check(b.Txn, ts.filter, ts.recent, t.Prefix, id, fp, b.Now)
+	verdict, err := ts.dedup.Check(b.Txn, id, fp, b.Now)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	if ev.AggregateVersion == 0 {
 		matched, rejected = p.rejectUnversioned(b, t, r, matched)
 	}
-	p.cfg.Dedup.Mark(b.Txn, ts.filter, &tl.seg, t.Prefix, r.Offset, id, fp, b.Now)
+	ts.dedup.Mark(b.Txn, &tl.seg, r.Offset, id, fp, b.Now)
 	// The receipt of an ingested event is written only here, where the
 	// event id is new: a duplicate or a conflict returned above leaves the
 	// first committed receipt (and its fingerprint) standing.

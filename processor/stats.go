@@ -59,7 +59,7 @@ func (t *tally) committed() {
 		}
 	}
 	t.release()
-	t.ts.recent.AddStaged(&t.seg)
+	t.ts.dedup.Committed(&t.seg)
 }
 
 // expiring records that the transaction expires gap k: it is not due again
