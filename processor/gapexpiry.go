@@ -35,7 +35,7 @@ func (p *Processor) expiring(now time.Time, limit int) []expiry {
 	}
 	var out []expiry
 	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
+		ts := p.tasks[t]
 		if ts == nil || len(out) >= limit {
 			return
 		}
@@ -63,7 +63,7 @@ func (p *Processor) gapsDue(now time.Time) bool {
 	}
 	due := false
 	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
+		ts := p.tasks[t]
 		if ts == nil || due {
 			return
 		}
@@ -122,12 +122,11 @@ func (ts *taskState) isDue(k gapKey, now time.Time, hold time.Duration) bool {
 // expire resolves one expired gap inside the transaction (b is the task's
 // batch).
 func (p *Processor) expire(b *eos.Batch, e expiry) error {
-	if tl := p.tallyOf(b); tl.ts != nil {
-		if len(tl.expired) == 0 {
-			b.OnAbort(tl.release)
-		}
-		tl.expiring(e.key)
+	tl := p.tallyOf(b)
+	if len(tl.expired) == 0 {
+		b.OnAbort(tl.release)
 	}
+	tl.expiring(e.key)
 	for _, g := range p.guards {
 		if g.P.Name != e.key.projection {
 			continue

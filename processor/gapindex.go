@@ -88,7 +88,7 @@ func (p *Processor) publishGaps() {
 		g[pr.Name] = GapSummary{}
 	}
 	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
+		ts := p.tasks[t]
 		if ts == nil {
 			return
 		}

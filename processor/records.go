@@ -58,8 +58,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	}
 	fp := ev.Fingerprint()
 	id := dedup.MakeID(ev.TenantID, ev.EventID)
-	ts := t.Data.(*taskState)
-	verdict, err := ts.dedup.Check(b.Txn, id, fp, b.Now)
+	verdict, err := tl.ts.dedup.Check(b.Txn, id, fp, b.Now)
 	if err != nil {
 		return err
 	}
@@ -77,7 +76,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	if ev.AggregateVersion == 0 {
 		matched, rejected = p.rejectUnversioned(b, t, r, matched)
 	}
-	ts.dedup.Mark(b.Txn, &tl.seg, r.Offset, id, fp, b.Now)
+	tl.ts.dedup.Mark(b.Txn, &tl.seg, r.Offset, id, fp, b.Now)
 	// The receipt of an ingested event is written only here, where the
 	// event id is new: a duplicate or a conflict returned above leaves the
 	// first committed receipt (and its fingerprint) standing.
@@ -225,19 +224,29 @@ func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, v
 	p.tallyOf(b).deadLetter(reason)
 }
 
-// tallyOf is the batch's tally, applied and published when the transaction
-// commits. Each task has its own batch, so tasks processed concurrently
-// never share one.
+// tallyOf is the task batch b's tally, applied and published when the
+// transaction commits. Each task has its own batch, processed by one
+// goroutine, so tasks processed concurrently never share one.
 func (p *Processor) tallyOf(b *eos.Batch) *tally {
-	if tl, ok := b.Data.(*tally); ok {
-		return tl
+	ts := p.tasks[b.Task()]
+	if ts.open == b {
+		return ts.changes
 	}
-	tl := newTally()
-	if t := b.Task(); t != nil {
-		tl.ts, _ = t.Data.(*taskState)
-	}
-	b.Data = tl
-	b.OnCommit(tl.committed)
+	tl := newTally(ts)
+	ts.open, ts.changes = b, tl
+	b.OnCommit(func() {
+		ts.closeBatch(b)
+		tl.committed()
+	})
+	b.OnAbort(func() { ts.closeBatch(b) })
 	b.OnCommitted(func() { p.stats.addTally(tl) })
 	return tl
+}
+
+// closeBatch forgets the task's batch b once its transaction ended (the
+// batch of a later transaction may have taken its place already).
+func (ts *taskState) closeBatch(b *eos.Batch) {
+	if ts.open == b {
+		ts.open, ts.changes = nil, nil
+	}
 }

@@ -14,15 +14,14 @@ import (
 // projection accepts; counted under projection "").
 var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "too-large", "failed", "filtered"}
 
-// tally is what one batch of a transaction changes outside Pebble: its
-// outcome counts and, for a task's batch, the task's gap-index changes and
-// dedup marks. Nothing of it takes effect before the transaction commits, so
+// tally is what one task's batch of a transaction changes outside Pebble:
+// its outcome counts, the task's gap-index changes and dedup marks. Nothing of it takes effect before the transaction commits, so
 // records processed again after an abort are not counted twice.
 type tally struct {
 	events  map[[2]string]int64 // (projection, outcome)
 	dlq     map[string]int64
 	effects map[[2]string]int64 // (effect, status)
-	// ts is the batch's task (nil on the transaction's top batch).
+	// ts is the batch's task.
 	ts *taskState
 	// gaps are the task's gap-index changes in the order they happened
 	// (zero since: closed), applied in that order, so an aggregate's last
@@ -48,9 +47,6 @@ type gapChange struct {
 // transaction order, so a gap a previous transaction opened and this one
 // closes ends closed).
 func (t *tally) committed() {
-	if t.ts == nil {
-		return
-	}
 	for _, c := range t.gaps {
 		if c.since.IsZero() {
 			t.ts.closeGap(c.key)
@@ -65,9 +61,6 @@ func (t *tally) committed() {
 // expiring records that the transaction expires gap k: it is not due again
 // before the transaction's end.
 func (t *tally) expiring(k gapKey) {
-	if t.ts == nil {
-		return
-	}
 	t.expired = append(t.expired, k)
 	t.ts.inflight[k] = struct{}{}
 }
@@ -81,8 +74,8 @@ func (t *tally) release() {
 	t.expired = nil
 }
 
-func newTally() *tally {
-	return &tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}
+func newTally(ts *taskState) *tally {
+	return &tally{ts: ts, events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}
 }
 
 func (t *tally) add(projection, outcome string) { t.events[[2]string{projection, outcome}]++ }
