@@ -122,11 +122,11 @@ func (ts *taskState) isDue(k gapKey, now time.Time, hold time.Duration) bool {
 // expire resolves one expired gap inside the transaction (b is the task's
 // batch).
 func (p *Processor) expire(b *eos.Batch, e expiry) error {
-	tl := p.tallyOf(b)
-	if len(tl.expired) == 0 {
-		b.OnAbort(tl.release)
+	bs := p.batchOf(b)
+	if len(bs.expired) == 0 {
+		b.OnAbort(bs.release)
 	}
-	tl.expiring(e.key)
+	bs.expiring(e.key)
 	for _, g := range p.guards {
 		if g.P.Name != e.key.projection {
 			continue
@@ -140,7 +140,7 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		if err != nil {
 			return err
 		}
-		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
+		p.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, e.task, g, e.key.aggregate, step)
 		p.deadLetterTooLarge(b, e.task, g, dropped, why)
 		if dropped == nil && step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
@@ -159,5 +159,5 @@ func (p *Processor) deadLetterTooLarge(b *eos.Batch, t *eos.Task, g *projection.
 		return
 	}
 	p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
-	p.tallyOf(b).add(g.P.Name, ReasonTooLarge)
+	p.batchOf(b).counts.add(g.P.Name, ReasonTooLarge)
 }

@@ -52,12 +52,12 @@ type taskState struct {
 	// dedup is the task's dedup state (filter, recent ids, sweeper): it
 	// survives a re-restore.
 	dedup *dedup.Partition
-	// open is the task's batch in the transaction being built and changes
-	// what it changes outside Pebble (tallyOf): made on the batch's first
-	// use, dropped when its transaction ends. Only the goroutine
-	// processing the task's batch uses them.
-	open    *eos.Batch
-	changes *tally
+	// open is the task's batch in the transaction being built and
+	// openState its state (batchOf): made on the batch's first use,
+	// dropped when its transaction ends. Only the goroutine processing
+	// the task's batch uses them.
+	open      *eos.Batch
+	openState *batchState
 }
 
 // recentIDs sizes each task's front cache of committed event ids, which
@@ -99,7 +99,7 @@ func New(cfg Config) (*Processor, error) {
 		Hooks: cfg.Hooks, Stats: p.stats.Stats,
 		// Tasks share nothing (decision 001): the guards and the dedup
 		// store are stateless, per-task state is the task's taskState
-		// and per-transaction changes its tally, one per task batch.
+		// and per-transaction state its batchState, one per task batch.
 		Parallel: true,
 		// Nothing outside the processor waits on its commit hooks (counts,
 		// the gap index), so the Pebble write overlaps the next
@@ -225,6 +225,6 @@ func (h *pipeline) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 // one record (eos.Stager).
 func (h *pipeline) Stage(b *eos.Batch) {
 	if ts := h.tasks[b.Task()]; ts != nil && ts.open == b {
-		ts.dedup.Stage(b.Txn, &ts.changes.seg)
+		ts.dedup.Stage(b.Txn, &ts.openState.marks)
 	}
 }
