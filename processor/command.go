@@ -48,7 +48,7 @@ func (p *Processor) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error
 		if err != nil {
 			return err
 		}
-		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
+		p.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, t, g, c.Aggregate, step) // updates the gap index when events were held
 		p.deadLetterTooLarge(b, t, g, dropped, why)
 		skipped += len(step.Changes)

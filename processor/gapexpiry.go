@@ -35,7 +35,7 @@ func (p *Processor) expiring(now time.Time, limit int) []expiry {
 	}
 	var out []expiry
 	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
+		ts := p.tasks[t]
 		if ts == nil || len(out) >= limit {
 			return
 		}
@@ -63,7 +63,7 @@ func (p *Processor) gapsDue(now time.Time) bool {
 	}
 	due := false
 	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
+		ts := p.tasks[t]
 		if ts == nil || due {
 			return
 		}
@@ -122,12 +122,11 @@ func (ts *taskState) isDue(k gapKey, now time.Time, hold time.Duration) bool {
 // expire resolves one expired gap inside the transaction (b is the task's
 // batch).
 func (p *Processor) expire(b *eos.Batch, e expiry) error {
-	if tl := p.tallyOf(b); tl.ts != nil {
-		if len(tl.expired) == 0 {
-			b.OnAbort(tl.release)
-		}
-		tl.expiring(e.key)
+	bs := p.batchOf(b)
+	if len(bs.expired) == 0 {
+		b.OnAbort(bs.release)
 	}
+	bs.expiring(e.key)
 	for _, g := range p.guards {
 		if g.P.Name != e.key.projection {
 			continue
@@ -141,7 +140,7 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		if err != nil {
 			return err
 		}
-		p.tallyOf(b).addN(g.P.Name, "applied", len(step.Changes))
+		p.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, e.task, g, e.key.aggregate, step)
 		p.deadLetterTooLarge(b, e.task, g, dropped, why)
 		if dropped == nil && step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
@@ -160,5 +159,5 @@ func (p *Processor) deadLetterTooLarge(b *eos.Batch, t *eos.Task, g *projection.
 		return
 	}
 	p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
-	p.tallyOf(b).add(g.P.Name, ReasonTooLarge)
+	p.batchOf(b).counts.add(g.P.Name, ReasonTooLarge)
 }

@@ -88,7 +88,7 @@ func (p *Processor) publishGaps() {
 		g[pr.Name] = GapSummary{}
 	}
 	p.loop.Tasks(func(t *eos.Task) {
-		ts, _ := t.Data.(*taskState)
+		ts := p.tasks[t]
 		if ts == nil {
 			return
 		}
@@ -109,12 +109,12 @@ func (p *Processor) publishGaps() {
 }
 
 // trackGap records the aggregate's gap state for the task's gap index (b is
-// the task's batch), applied once the transaction commits (tally.committed).
+// the task's batch), applied once the transaction commits (batchState.committed).
 func (p *Processor) trackGap(b *eos.Batch, k gapKey, step projection.Step) {
-	tl := p.tallyOf(b)
+	bs := p.batchOf(b)
 	c := gapChange{key: k}
 	if step.HeldCount > 0 {
 		c.since = step.HeldSince
 	}
-	tl.gaps = append(tl.gaps, c)
+	bs.gaps = append(bs.gaps, c)
 }

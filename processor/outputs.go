@@ -80,11 +80,11 @@ func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projec
 	}
 	for _, in := range intents {
 		if p.cfg.Mode == Rebuild {
-			p.tallyOf(b).effect(in.Effect, "suppressed")
+			p.batchOf(b).counts.effect(in.Effect, "suppressed")
 			continue
 		}
 		v := sideeffects.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
-		p.tallyOf(b).effect(in.Effect, "enqueued")
+		p.batchOf(b).counts.effect(in.Effect, "enqueued")
 	}
 }

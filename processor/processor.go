@@ -23,6 +23,10 @@ type Processor struct {
 	guards []*projection.Guard
 	loop   *eos.Loop
 	stats  *Stats
+	// tasks is the pipeline's state of each owned task. Restored adds a
+	// task, Revoked removes it, both on the loop goroutine while no
+	// records are processed; the workers processing records only read it.
+	tasks map[*eos.Task]*taskState
 }
 
 // taskState is the pipeline's per-task in-memory state: the aggregates with
@@ -45,9 +49,15 @@ type taskState struct {
 	// have not run yet: gaps still lists them (decision 004), but they are
 	// not due again.
 	inflight map[gapKey]struct{}
-	sweep    *dedup.Sweeper
-	filter   *dedup.Filter // ids marked in this task (superset: may include aborted marks)
-	recent   *dedup.Recent // committed marks, most recent (commit hooks add)
+	// dedup is the task's dedup state (filter, recent ids, sweeper): it
+	// survives a re-restore.
+	dedup *dedup.Partition
+	// open is the task's batch in the transaction being built and
+	// openState its state (batchOf): made on the batch's first use,
+	// dropped when its transaction ends. Only the goroutine processing
+	// the task's batch uses them.
+	open      *eos.Batch
+	openState *batchState
 }
 
 // recentIDs sizes each task's front cache of committed event ids, which
@@ -63,7 +73,7 @@ func New(cfg Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Processor{cfg: cfg, stats: newStats()}
+	p := &Processor{cfg: cfg, stats: newStats(), tasks: map[*eos.Task]*taskState{}}
 	for _, pr := range cfg.Projections {
 		p.guards = append(p.guards, &projection.Guard{P: pr, MaxHeld: cfg.MaxHeld, MaxRecordBytes: cfg.MaxRecordBytes})
 	}
@@ -88,8 +98,8 @@ func New(cfg Config) (*Processor, error) {
 		Restore: cfg.Dedup.Restore, Logger: cfg.Logger, Now: cfg.Now,
 		Hooks: cfg.Hooks, Stats: p.stats.Stats,
 		// Tasks share nothing (decision 001): the guards and the dedup
-		// store are stateless, per-task state hangs off eos.Task and
-		// per-transaction counts off the task's Batch.
+		// store are stateless, per-task state is the task's taskState
+		// and per-transaction state its batchState, one per task batch.
 		Parallel: true,
 		// Nothing outside the processor waits on its commit hooks (counts,
 		// the gap index), so the Pebble write overlaps the next
@@ -124,26 +134,19 @@ type pipeline Processor
 func (h *pipeline) Restored(t *eos.Task) error {
 	ts := &taskState{gaps: make(map[gapKey]int64), sums: make(map[string]*gapSum), inflight: make(map[gapKey]struct{})}
 	p := (*Processor)(h)
-	if old, ok := t.Data.(*taskState); ok {
-		ts.sweep = old.sweep // a pass in progress survives a re-restore
-		ts.filter = old.filter
-		if t.RestoredRecords == 0 {
-			ts.recent = old.recent // nothing changed underneath
+	if old := p.tasks[t]; old != nil {
+		ts.dedup = old.dedup // a sweep in progress survives a re-restore
+		if err := ts.dedup.Restored(p.cfg.Store.Scan, t.RestoredRecords > 0, recentIDs); err != nil {
+			return err
 		}
 	} else {
-		ts.sweep = p.cfg.Dedup.NewSweeper(p.cfg.Now())
-	}
-	if ts.filter == nil || t.RestoredRecords > 0 {
-		f, err := dedup.BuildFilter(p.cfg.Store.Scan, t.Prefix)
+		d, err := p.cfg.Dedup.NewPartition(p.cfg.Store.Scan, t.Prefix, recentIDs, p.cfg.Now())
 		if err != nil {
 			return err
 		}
-		ts.filter = f
+		ts.dedup = d
 	}
-	if ts.recent == nil {
-		ts.recent = dedup.NewRecent(recentIDs)
-	}
-	t.Data = ts
+	p.tasks[t] = ts
 	// The gap index from the aggregate records: their held count covers
 	// the held events under their own keys and the one a record carries
 	// inline (which has no key to find it by).
@@ -168,7 +171,10 @@ func (h *pipeline) Restored(t *eos.Task) error {
 	return err
 }
 
-func (h *pipeline) Revoked(*eos.Task) { (*Processor)(h).publishGaps() }
+func (h *pipeline) Revoked(t *eos.Task) {
+	delete(h.tasks, t)
+	(*Processor)(h).publishGaps()
+}
 
 func (h *pipeline) Due(now time.Time) bool { return (*Processor)(h).gapsDue(now) }
 
@@ -191,21 +197,21 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 	}
 	var err error
 	p.loop.Tasks(func(t *eos.Task) {
-		ts, ok := t.Data.(*taskState)
-		if !ok || err != nil {
+		ts := p.tasks[t]
+		if ts == nil || err != nil {
 			return
 		}
-		if ts.filter.Full() {
+		if ts.dedup.FilterFull() {
 			// Rebuild larger from what is committed; marks staged since
 			// are re-added as this transaction marks them anyway.
 			// Through the txn: the previous transaction's marks may
 			// still be on their way to Pebble.
-			if ts.filter, err = dedup.BuildFilter(b.For(t).Txn.Scan, t.Prefix); err != nil {
+			if err = ts.dedup.RebuildFilter(b.For(t).Txn.Scan); err != nil {
 				return
 			}
 		}
-		if ts.sweep.Due(b.Now) { // most transactions: no task batch just for this
-			_, err = p.cfg.Dedup.Sweep(ts.sweep, b.For(t).Txn, t.Prefix, b.Now, sweepChunk)
+		if ts.dedup.SweepDue(b.Now) { // most transactions: no task batch just for this
+			_, err = ts.dedup.Sweep(b.For(t).Txn, b.Now, sweepChunk)
 		}
 	})
 	return err
@@ -218,7 +224,7 @@ func (h *pipeline) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 // Stage writes the batch's dedup segment: its marks reach the changelog as
 // one record (eos.Stager).
 func (h *pipeline) Stage(b *eos.Batch) {
-	if tl, ok := b.Data.(*tally); ok {
-		h.cfg.Dedup.Stage(b.Txn, &tl.seg, b.Task().Prefix)
+	if ts := h.tasks[b.Task()]; ts != nil && ts.open == b {
+		ts.dedup.Stage(b.Txn, &ts.openState.marks)
 	}
 }

@@ -34,7 +34,7 @@ const (
 // projection that takes the aggregate type. An event that came through the
 // ingress gets its receipt once its outcome is known.
 func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
-	tl := p.tallyOf(b)
+	bs := p.batchOf(b)
 	var origin []byte // the ingress header: this record wants a receipt
 	for _, h := range r.Headers {
 		if h.Key == HeaderCommand {
@@ -58,26 +58,25 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	}
 	fp := ev.Fingerprint()
 	id := dedup.MakeID(ev.TenantID, ev.EventID)
-	ts := t.Data.(*taskState)
-	verdict, err := p.cfg.Dedup.Check(b.Txn, ts.filter, ts.recent, t.Prefix, id, fp, b.Now)
+	verdict, err := bs.ts.dedup.Check(b.Txn, id, fp, b.Now)
 	if err != nil {
 		return err
 	}
 	switch verdict {
 	case dedup.Duplicate:
-		tl.addAll(matched, "duplicate")
+		bs.counts.addAll(matched, "duplicate")
 		return nil
 	case dedup.Conflict:
 		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, ReasonConflict,
 			fmt.Sprintf("event %q was seen before with a different fingerprint", ev.EventID))
-		tl.addAll(matched, "conflict")
+		bs.counts.addAll(matched, "conflict")
 		return nil
 	}
 	var rejected []string
 	if ev.AggregateVersion == 0 {
 		matched, rejected = p.rejectUnversioned(b, t, r, matched)
 	}
-	p.cfg.Dedup.Mark(b.Txn, ts.filter, &tl.seg, t.Prefix, r.Offset, id, fp, b.Now)
+	bs.ts.dedup.Mark(b.Txn, &bs.marks, r.Offset, id, fp, b.Now)
 	// The receipt of an ingested event is written only here, where the
 	// event id is new: a duplicate or a conflict returned above leaves the
 	// first committed receipt (and its fingerprint) standing.
@@ -92,7 +91,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	}
 	if len(matched) == 0 {
 		if rejected == nil {
-			tl.add("", "filtered") // no projection takes this aggregate type
+			bs.counts.add("", "filtered") // no projection takes this aggregate type
 			if rc != nil {
 				rc.Outcome = "filtered"
 			}
@@ -116,7 +115,7 @@ func (p *Processor) rejectInvalid(b *eos.Batch, t *eos.Task, r *kgo.Record, orig
 		reason = ee.Reason()
 	}
 	p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, reason, msg)
-	p.tallyOf(b).add("", "invalid")
+	p.batchOf(b).counts.add("", "invalid")
 	if origin != nil {
 		p.receipt(b, r, origin, &receipt.Receipt{Outcome: "invalid", Reason: reason})
 	}
@@ -130,12 +129,12 @@ func (p *Processor) rejectInvalid(b *eos.Batch, t *eos.Task, r *kgo.Record, orig
 // does for it. The dedup mark does not depend on the projections: a
 // redelivery is a duplicate for all of them, live and in a rebuild.
 func (p *Processor) rejectUnversioned(b *eos.Batch, t *eos.Task, r *kgo.Record, matched []*projection.Guard) (offer []*projection.Guard, rejected []string) {
-	tl := p.tallyOf(b)
+	bs := p.batchOf(b)
 	offer = matched[:0:0]
 	for _, g := range matched {
 		if g.P.Versioned {
 			rejected = append(rejected, g.P.Name)
-			tl.add(g.P.Name, "invalid")
+			bs.counts.add(g.P.Name, "invalid")
 		} else {
 			offer = append(offer, g)
 		}
@@ -153,7 +152,7 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, t *eos.Task, r *kgo.Record, 
 // wants a receipt). A step whose outputs would exceed the record limit is
 // discarded; the record gets one too-large dead letter naming them all.
 func (p *Processor) offerAll(b *eos.Batch, t *eos.Task, r *kgo.Record, ev *envelope.Event, matched []*projection.Guard, rc *receipt.Receipt) error {
-	tl := p.tallyOf(b)
+	bs := p.batchOf(b)
 	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
 	var tooLarge []string // "projection p: why"
 	for _, g := range matched {
@@ -163,16 +162,16 @@ func (p *Processor) offerAll(b *eos.Batch, t *eos.Task, r *kgo.Record, ev *envel
 		}
 		if tooBig != "" {
 			tooLarge = append(tooLarge, "projection "+g.P.Name+": "+tooBig)
-			tl.add(g.P.Name, ReasonTooLarge)
+			bs.counts.add(g.P.Name, ReasonTooLarge)
 			rc.Set(g.P.Name, ReasonTooLarge)
 			continue
 		}
-		tl.add(g.P.Name, outcomeLabel(step.Outcome))
+		bs.counts.add(g.P.Name, outcomeLabel(step.Outcome))
 		rc.Set(g.P.Name, outcomeLabel(step.Outcome))
 		if n := len(step.Changes); step.Outcome == projection.Applied && n > 1 {
-			tl.addN(g.P.Name, "applied", n-1) // drained held events
+			bs.counts.addN(g.P.Name, "applied", n-1) // drained held events
 		} else if step.Outcome != projection.Applied && n > 0 {
-			tl.addN(g.P.Name, "applied", n)
+			bs.counts.addN(g.P.Name, "applied", n)
 		}
 		p.emitStep(b, t, g, ev.AggregateID, step)
 	}
@@ -222,22 +221,5 @@ func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, agg
 // it under its reason when the transaction commits.
 func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {
 	b.DeadLetter(id, offset, key, value, reason, msg)
-	p.tallyOf(b).deadLetter(reason)
-}
-
-// tallyOf is the batch's tally, applied and published when the transaction
-// commits. Each task has its own batch, so tasks processed concurrently
-// never share one.
-func (p *Processor) tallyOf(b *eos.Batch) *tally {
-	if tl, ok := b.Data.(*tally); ok {
-		return tl
-	}
-	tl := newTally()
-	if t := b.Task(); t != nil {
-		tl.ts, _ = t.Data.(*taskState)
-	}
-	b.Data = tl
-	b.OnCommit(tl.committed)
-	b.OnCommitted(func() { p.stats.addTally(tl) })
-	return tl
+	p.batchOf(b).counts.deadLetter(reason)
 }

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/eos"
 	"github.com/projector-dev/projector/projection"
 )
@@ -14,75 +13,16 @@ import (
 // projection accepts; counted under projection "").
 var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "too-large", "failed", "filtered"}
 
-// tally is what one batch of a transaction changes outside Pebble: its
-// outcome counts and, for a task's batch, the task's gap-index changes and
-// dedup marks. Nothing of it takes effect before the transaction commits, so
-// records processed again after an abort are not counted twice.
+// tally counts one task batch's outcomes, dead letters and intents; the
+// counts reach Stats once the transaction commits (batchState).
 type tally struct {
 	events  map[[2]string]int64 // (projection, outcome)
 	dlq     map[string]int64
 	effects map[[2]string]int64 // (effect, status)
-	// ts is the batch's task (nil on the transaction's top batch).
-	ts *taskState
-	// gaps are the task's gap-index changes in the order they happened
-	// (zero since: closed), applied in that order, so an aggregate's last
-	// change wins. A list, not a map: a stream of held events changes a gap
-	// per record, and a map growing by thousands per transaction cost more
-	// than the change itself.
-	gaps []gapChange
-	// expired are the gaps this transaction expired (taskState.inflight
-	// until it commits or aborts).
-	expired []gapKey
-	// seg collects the task's dedup marks into changelog segments; once
-	// committed they enter the task's front cache of recent ids.
-	seg dedup.Marks
 }
 
-// gapChange is one change of an aggregate's gap (zero since: closed).
-type gapChange struct {
-	key   gapKey
-	since time.Time
-}
-
-// committed applies the task's changes once the transaction committed (in
-// transaction order, so a gap a previous transaction opened and this one
-// closes ends closed).
-func (t *tally) committed() {
-	if t.ts == nil {
-		return
-	}
-	for _, c := range t.gaps {
-		if c.since.IsZero() {
-			t.ts.closeGap(c.key)
-		} else {
-			t.ts.setGap(c.key, c.since)
-		}
-	}
-	t.release()
-	t.ts.recent.AddStaged(&t.seg)
-}
-
-// expiring records that the transaction expires gap k: it is not due again
-// before the transaction's end.
-func (t *tally) expiring(k gapKey) {
-	if t.ts == nil {
-		return
-	}
-	t.expired = append(t.expired, k)
-	t.ts.inflight[k] = struct{}{}
-}
-
-// release ends the in-flight expiry of the transaction's gaps (committed:
-// the index says what became of them; aborted: the restore rebuilds it).
-func (t *tally) release() {
-	for _, k := range t.expired {
-		delete(t.ts.inflight, k)
-	}
-	t.expired = nil
-}
-
-func newTally() *tally {
-	return &tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}
+func newTally() tally {
+	return tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}
 }
 
 func (t *tally) add(projection, outcome string) { t.events[[2]string{projection, outcome}]++ }

@@ -95,7 +95,7 @@ func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Comman
 		return err
 	}
 	ov.Flush()
-	wt, _ := t.Data.(*workerTask)
+	wt := w.tasks[t]
 	b.OnCommit(func() {
 		w.changed(e)
 		w.cfg.Logger.Info("side effect outcome recorded from the previous owner's report", "key", e.Key, "status", e.Status, "attempt", c.Attempt)

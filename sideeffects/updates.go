@@ -10,6 +10,7 @@ import (
 // request is one Runner Update waiting for the loop.
 type request struct {
 	task  *eos.Task
+	wt    *workerTask // the task's runner that asked
 	fn    func(*Ledger) error
 	reply chan error
 	// blocked: it writes to a partition the client holds no offset for
@@ -45,9 +46,8 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 	w.mu.Unlock()
 	var ok, wait []*request
 	for _, r := range reqs {
-		wt, _ := r.task.Data.(*workerTask)
 		switch {
-		case wt != nil && wt.revoked.Load():
+		case r.wt.revoked.Load():
 			r.reply <- ErrRevoked
 			continue
 		case !b.Owns(r.task) && !r.task.Verified():
@@ -110,13 +110,14 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 type taskStore struct {
 	w    *Worker
 	task *eos.Task
+	wt   *workerTask // the task's state, whose runner this store serves
 }
 
 func (s *taskStore) Update(fn func(*Ledger) error) error {
-	if wt, ok := s.task.Data.(*workerTask); ok && wt.revoked.Load() {
+	if s.wt.revoked.Load() {
 		return ErrRevoked
 	}
-	r := &request{task: s.task, fn: fn, reply: make(chan error, 1)}
+	r := &request{task: s.task, wt: s.wt, fn: fn, reply: make(chan error, 1)}
 	s.w.mu.Lock()
 	s.w.requests = append(s.w.requests, r)
 	s.w.mu.Unlock()

@@ -65,6 +65,10 @@ func ChangelogTopic(name, effectsTopic string) string {
 type Worker struct {
 	cfg  WorkerConfig
 	loop *eos.Loop
+	// tasks are the owned partitions' runners. Only the loop goroutine
+	// (the eos.Handler methods) uses the map; a runner's own goroutine
+	// reaches its workerTask through its taskStore.
+	tasks map[*eos.Task]*workerTask
 
 	mu       sync.Mutex
 	requests []*request
@@ -101,7 +105,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 45 * time.Second
 	}
-	w := &Worker{cfg: cfg, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
+	w := &Worker{cfg: cfg, tasks: map[*eos.Task]*workerTask{}, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
 	w.calls = NewCalls()
 	w.loop = eos.New(eos.Config{
 		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID, InstanceID: cfg.InstanceID,

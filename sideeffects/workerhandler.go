@@ -11,7 +11,7 @@ import (
 	"github.com/projector-dev/projector/internal/eos"
 )
 
-// workerTask is what the worker keeps for an owned partition (eos.Task.Data):
+// workerTask is what the worker keeps for an owned partition (Worker.tasks):
 // its Runner and how to stop it.
 type workerTask struct {
 	runner *Runner
@@ -30,7 +30,7 @@ type workerHandler Worker
 
 func (h *workerHandler) Restored(t *eos.Task) error {
 	w := (*Worker)(h)
-	if t.Data != nil {
+	if w.tasks[t] != nil {
 		return nil // restored again after an abort: the runner keeps going
 	}
 	if !t.Verified() {
@@ -43,7 +43,7 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	ctx, cancel := context.WithCancel(w.runCtx)
 	wt := &workerTask{cancel: cancel, done: make(chan struct{}), ledger: t.Prefix}
 	r, err := NewRunner(RunnerConfig{
-		Store: &taskStore{w: w, task: t}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
+		Store: &taskStore{w: w, task: t, wt: wt}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
 		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
 		Calls: w.calls, Scope: string(t.Prefix), Report: w.report, OnChange: w.changed,
 	})
@@ -60,7 +60,7 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	w.runnersWG.Add(1)
 	w.mu.Unlock()
 	wt.runner = r
-	t.Data = wt
+	w.tasks[t] = wt
 	w.stats.track(r)
 	go func() {
 		defer w.runnersWG.Done()
@@ -76,11 +76,12 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 }
 
 func (h *workerHandler) Revoked(t *eos.Task) {
-	if wt, ok := t.Data.(*workerTask); ok {
+	w := (*Worker)(h)
+	if wt := w.tasks[t]; wt != nil {
+		delete(w.tasks, t)
 		wt.revoked.Store(true)
 		wt.cancel()
 	}
-	w := (*Worker)(h)
 	// Updates still queued for this task can no longer be committed by us.
 	w.mu.Lock()
 	keep := w.requests[:0]
@@ -103,7 +104,7 @@ func (h *workerHandler) Revoked(t *eos.Task) {
 func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	w := (*Worker)(h)
 	l := NewLedger(b.Txn, t.Prefix)
-	wt, _ := t.Data.(*workerTask)
+	wt := w.tasks[t]
 	for _, hd := range r.Headers {
 		if hd.Key == HeaderCommand {
 			return w.applyCommand(b, t, r)

@@ -21,8 +21,6 @@ type Batch struct {
 	// Txn stages this task's state; nil on the transaction's top batch.
 	Txn *state.Txn
 	Now time.Time
-	// Data belongs to the handler (per-batch scratch, such as a tally).
-	Data any
 
 	task    *Task
 	tx      *txnBatches

@@ -42,8 +42,6 @@ type Stager interface {
 type Task struct {
 	ID     state.Task
 	Prefix []byte
-	// Data is the handler's per-task state.
-	Data any
 	// RestoredRecords is how many changelog records the latest restore
 	// wrote into the store for this task (a reset of local state counts as
 	// one): 0 means the store did not change.
