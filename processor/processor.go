@@ -96,7 +96,7 @@ func New(cfg Config) (*Processor, error) {
 		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn, MaxRecordBytes: cfg.MaxRecordBytes,
 		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
 		Restore: cfg.Dedup.Restore, Logger: cfg.Logger, Now: cfg.Now,
-		Hooks: cfg.Hooks, Stats: p.stats.Stats,
+		Hooks: cfg.Hooks, Stats: p.stats.LoopStats,
 		// Tasks share nothing (decision 001): the guards and the dedup
 		// store are stateless, per-task state is the task's taskState
 		// and per-transaction state its batchState, one per task batch.

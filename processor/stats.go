@@ -46,7 +46,7 @@ func (t *tally) effect(effect, status string) { t.effects[[2]string{effect, stat
 // records no projection accepts, and invalid records, count under projection
 // "". The loop's counters (transactions, restores, readiness) are embedded.
 type Stats struct {
-	*eos.Stats
+	*LoopStats
 	mu      sync.Mutex
 	events  map[[2]string]int64
 	dlq     map[string]int64
@@ -85,8 +85,8 @@ type TxnObservation = eos.TxnObservation
 
 func newStats() *Stats {
 	return &Stats{
-		Stats:  eos.NewStats(),
-		events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{},
+		LoopStats: eos.NewStats(),
+		events:    map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{},
 		gaps: map[string]GapSummary{},
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/projector-dev/projector/internal/changelog"
 	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/state"
 )
 
 // ErrRevoked is returned to a Runner whose partition was revoked.
@@ -25,7 +24,7 @@ type WorkerConfig struct {
 	ClientOpts       []kgo.Opt
 	EffectsTopic     string
 	DeadLetterTopic  string
-	Store            *state.Store
+	Store            *StateStore
 	Effects          map[string]Effect
 	// Workers bounds concurrent calls per owned partition.
 	Workers          int
@@ -41,7 +40,7 @@ type WorkerConfig struct {
 	Now                func() time.Time
 	// OnChange is called after every committed ledger transition.
 	OnChange func(Entry)
-	Hooks    *eos.Hooks
+	Hooks    *Hooks
 }
 
 // Group is the executor's consumer group.
@@ -105,7 +104,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 45 * time.Second
 	}
-	w := &Worker{cfg: cfg, tasks: map[*eos.Task]*workerTask{}, stats: &WorkerStats{Stats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
+	w := &Worker{cfg: cfg, tasks: map[*eos.Task]*workerTask{}, stats: &WorkerStats{LoopStats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
 	w.calls = NewCalls()
 	w.loop = eos.New(eos.Config{
 		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID, InstanceID: cfg.InstanceID,
@@ -118,7 +117,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		DeadLetterTopic: cfg.DeadLetterTopic, Partitions: cfg.Partitions,
 		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn, MaxRecordBytes: cfg.MaxRecordBytes,
 		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
-		Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks, Stats: w.stats.Stats,
+		Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks, Stats: w.stats.LoopStats,
 	}, (*workerHandler)(w))
 	return w, nil
 }

@@ -2,13 +2,11 @@ package sideeffects
 
 import (
 	"sync"
-
-	"github.com/projector-dev/projector/internal/eos"
 )
 
 // WorkerStats counts what the worker committed.
 type WorkerStats struct {
-	*eos.Stats
+	*LoopStats
 	mu      sync.Mutex
 	byES    map[[2]string]int64 // (effect, status)
 	runners map[*Runner]bool
