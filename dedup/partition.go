@@ -38,11 +38,10 @@ func (p *Partition) Restored(scan ScanFunc, changed bool, recentIDs int) error {
 	if !changed {
 		return nil
 	}
-	f, err := BuildFilter(scan, p.prefix)
-	if err != nil {
+	if err := p.RebuildFilter(scan); err != nil {
 		return err
 	}
-	p.filter, p.recent = f, NewRecent(recentIDs)
+	p.recent = NewRecent(recentIDs)
 	return nil
 }
 

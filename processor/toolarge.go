@@ -19,24 +19,20 @@ const ReasonTooLarge = "too-large"
 // (length varints, attributes, deltas, header count) – an upper bound.
 const recordOverhead = 64
 
-// aggHeaderBound bounds an aggregate state record's bytes before its
-// document (format, version, deleted flag, held count and since).
-const aggHeaderBound = 32
-
 // tooLarge reports why the step's outputs would exceed the record limit
 // ("" when they fit), and at which of its Changes (-1: a state record no
 // Change accounts for, such as a held-event wrapper). Per Change it checks
-// the aggregate's state record after it (a changelog record), its
-// projection record and its intent records; then the staged state records
-// (held events are stored in their wrapper).
-func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *staging.Overlay, aggKeyLen int) (string, int) {
+// its projection record and its intent records; then the staged state
+// records, which are what reaches the changelog: the aggregate's record
+// after the step's last change (with its inline held event, if any), held
+// events in their wrapper. An oversize aggregate record is laid to the
+// last change, and an expiry that leaves that change out retries with the
+// record as it stood before it.
+func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *staging.Overlay) (string, int) {
 	limit := p.cfg.MaxRecordBytes
 	for i := range step.Changes {
 		c := &step.Changes[i]
 		ev := c.Event
-		if n := aggKeyLen + aggHeaderBound + len(c.State) + recordOverhead; n > limit {
-			return fmt.Sprintf("the aggregate's state record after version %d would be about %d bytes, over kafka.maxRecordBytes %d", c.Version, n, limit), i
-		}
 		// An upper bound first (escaping at most sextuples a string); the
 		// record is built only when the bound exceeds the limit.
 		bound := recordOverhead + 2*len(ev.AggregateID) + projectionRecordText + len(c.State) +
@@ -87,8 +83,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 	if err != nil {
 		return step, "", err
 	}
-	aggKeyLen := len(projection.AggregateKey(t.Prefix, g.P.Name, ev.AggregateID))
-	msg, _ := p.tooLarge(g, &step, kv, aggKeyLen)
+	msg, _ := p.tooLarge(g, &step, kv)
 	if msg != "" && len(step.Changes) > 1 {
 		// Held events drained after the offered one, and one of them is
 		// too large: apply the offered event alone, leaving them held (they
@@ -97,7 +92,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 		if step, err = g.OfferHoldingBack(kv, t.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
-		if msg2, _ := p.tooLarge(g, &step, kv, aggKeyLen); msg2 == "" {
+		if msg2, _ := p.tooLarge(g, &step, kv); msg2 == "" {
 			p.cfg.Logger.Warn("held events left held: draining them would exceed kafka.maxRecordBytes",
 				"projection", g.P.Name, "aggregate", ev.AggregateID, "version", ev.AggregateVersion, "why", msg)
 			msg = ""
@@ -119,7 +114,6 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 // versions after it wait behind it under the gap policy – so an oversized
 // held event can neither abort the transaction nor stop the expiry.
 func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step projection.Step, dropped *projection.Change, why string, err error) {
-	aggKeyLen := len(projection.AggregateKey(prefix, g.P.Name, aggregate))
 	var stop int64
 	for {
 		kv := staging.New(b.Txn)
@@ -127,7 +121,7 @@ func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard,
 		if err != nil {
 			return step, nil, "", err
 		}
-		msg, at := p.tooLarge(g, &step, kv, aggKeyLen)
+		msg, at := p.tooLarge(g, &step, kv)
 		if msg == "" {
 			kv.Flush()
 			return step, dropped, why, nil

@@ -200,18 +200,14 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 		return nil
 	}
 	var resolved *sideeffects.Entry
-	var readErr error
 	err = ops.Await(ctx, *wait, 300*time.Millisecond, func() (bool, error) {
 		e, err := find()
 		if e != nil && e.Resolution != nil {
 			resolved = e
 		}
-		readErr = err
 		return resolved != nil, err
 	})
 	switch {
-	case readErr != nil:
-		return readErr
 	case err == nil:
 		fmt.Fprintf(stdout, "%s: resolved as %s\n", key, resolved.Status)
 	case errors.Is(err, ops.ErrNotApplied):

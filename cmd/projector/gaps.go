@@ -223,11 +223,11 @@ func runGapsSkip(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		},
 		Sent: func(d ops.Sent) { fmt.Fprintf(stdout, "skip-gap command for %s sent to %s\n", agg, d) },
 	})
-	return s.printSkipped(stdout, agg, *proj, *timeout, done, err)
+	return s.printSkipped(stdout, agg, *proj, *timeout, *noWait, done, err)
 }
 
 // printSkipped says how a skip-gap ended.
-func (s *opsSession) printSkipped(stdout io.Writer, agg, proj string, timeout time.Duration, done *ops.Skipped, err error) error {
+func (s *opsSession) printSkipped(stdout io.Writer, agg, proj string, timeout time.Duration, noWait bool, done *ops.Skipped, err error) error {
 	switch {
 	case errors.Is(err, ops.ErrNothingHeld):
 		return fmt.Errorf("gaps skip: %s holds no events in the committed state of %s%s; nothing to skip "+
@@ -238,7 +238,7 @@ func (s *opsSession) printSkipped(stdout io.Writer, agg, proj string, timeout ti
 			timeout, s.cfg.Kafka.DeadLetterTopic)
 	case err != nil:
 		return s.explain(err) // the reads' errors and SkipGap's
-	case done.NotWaiting:
+	case noWait:
 		fmt.Fprintln(stdout, "not waiting (--no-wait): the partition's owner applies it in order with the events")
 	case done.Queued != nil:
 		fmt.Fprintf(stdout, "no worker is running in group %s (state %s): the command is queued and will be applied when the processor runs\n", s.cfg.Name, done.Queued.State)

@@ -66,7 +66,7 @@ func (b *Batch) For(t *Task) *Batch {
 	if p := tx.bases[t.ID]; p != nil {
 		base = p.Txn
 	}
-	c := &Batch{Txn: tx.store.NewTxnSized(base, t.stagedHint), Now: tx.top.Now, task: t, tx: tx}
+	c := &Batch{Txn: tx.store.NewTxnOver(base, t.stagedHint), Now: tx.top.Now, task: t, tx: tx}
 	tx.byTask[t.ID] = c
 	tx.children = append(tx.children, c)
 	return c

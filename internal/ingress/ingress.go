@@ -120,12 +120,14 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves /v1/events and /v1/receipts/{key}.
+// Handler serves /v1/events and /v1/receipts/{key}. The metrics wrap the
+// mux, so its own answers (405 for a wrong method, 404 for another path)
+// are counted too.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/events", s.metrics.wrap(http.HandlerFunc(s.post)))
-	mux.Handle("GET /v1/receipts/{key}", s.metrics.wrap(http.HandlerFunc(s.getReceipt)))
-	return mux
+	mux.HandleFunc("POST /v1/events", s.post)
+	mux.HandleFunc("GET /v1/receipts/{key}", s.getReceipt)
+	return s.metrics.wrap(mux)
 }
 
 // Ready reports whether the ingress answers requests: its receipts view has

@@ -37,8 +37,6 @@ type Skip struct {
 type Skipped struct {
 	// Before is the committed state read before the command was sent.
 	Before *State
-	// NotWaiting: the command was sent with NoWait.
-	NotWaiting bool
 	// Queued is set when no worker runs in the group: the command is
 	// applied when the processor runs.
 	Queued *Worker
@@ -83,7 +81,6 @@ func SkipGapAndWait(ctx context.Context, t Target, k Skip) (*Skipped, error) {
 		}
 	}
 	if k.NoWait {
-		out.NotWaiting = true
 		return out, nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -41,6 +41,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/projector-dev/projector/internal/changelog"
 	"github.com/projector-dev/projector/internal/testkit"
 	"github.com/projector-dev/projector/internal/workload"
 	"github.com/projector-dev/projector/sideeffects"
@@ -437,7 +438,7 @@ func (r *run) caughtUp(wctx context.Context) error {
 func (r *run) check(ctx context.Context, exp workload.Expect) error {
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer ccancel()
-	txnTopics := []string{Name + "." + InputTopic + ".changelog"}
+	txnTopics := []string{changelog.Topic(Name, InputTopic)}
 	if r.rcv != nil {
 		txnTopics = append(txnTopics, EffectsTopic, sideeffects.ChangelogTopic(Name, EffectsTopic))
 	}

@@ -28,7 +28,7 @@ func TestScanThroughBase(t *testing.T) {
 		for i := 1; i < 3000; i += 3 {
 			base.Set(key(i+3000*round), []byte("b"))
 		}
-		top := st.NewTxnOver(base)
+		top := st.NewTxnOver(base, 0)
 		for i := 2; i < 3000; i += 3 {
 			top.Set(key(i+3000*round), []byte("t"))
 		}

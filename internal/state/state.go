@@ -54,13 +54,13 @@ var ErrClosed = errors.New("state: store closed")
 // this store lost. Nothing is lost: Pebble is never ahead of Kafka.
 var ErrFatal = errors.New("state: fatal storage error")
 
-// contain turns Pebble's fatal panic (its Logger.Fatalf) during a write into
-// ErrFatal, so that the loop stops with an error instead of the process
-// crashing mid-flight; the store is then unusable.
 // Now is the store's clock (Options.Now): the one the match times of
 // ChangelogPosition are stamped with, so their age must be taken with it.
 func (s *Store) Now() time.Time { return s.now() }
 
+// contain turns Pebble's fatal panic (its Logger.Fatalf) during a write into
+// ErrFatal, so that the loop stops with an error instead of the process
+// crashing mid-flight; the store is then unusable.
 func (s *Store) contain(err *error) {
 	if r := recover(); r != nil {
 		s.broken.Store(true)
@@ -439,7 +439,14 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	if err := b.Set(offsetKey(t), offsetValue(next, s.now()), nil); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}
-	s.cache.clear()
+	if len(recs) > 0 {
+		s.cache.clear() // values the records replaced may be cached
+	} else {
+		// Only the position was re-stamped (MarkMatched): drop its cached
+		// value alone and leave every task's warm cache as it is.
+		ok := offsetKey(t)
+		s.cache.committed([]committedWrite{{key: string(ok), valued: true, hash: keyHash(ok)}}, s.cached != nil)
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}

@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -358,5 +359,42 @@ func TestFilterOnlySelection(t *testing.T) {
 	}
 	if !st.keys.mayContain(keyHash(held)) {
 		t.Fatal("a filter-only key is missing from the key filter")
+	}
+}
+
+// TestMarkMatchedRestampsWithoutClearingTheCache: MarkMatched moves the
+// task's match time (its position read afterwards shows the new time, not a
+// cached old one) and leaves the other cached values in place.
+func TestMarkMatchedRestampsWithoutClearingTheCache(t *testing.T) {
+	clock := time.Unix(1_700_000_000, 0)
+	st, err := Open(t.TempDir(), Options{Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	task := Task{Topic: "in", Partition: 0}
+	agg := append(task.Prefix(), "a1"...)
+	txn := st.NewTxn()
+	txn.Set(agg, []byte("v1"))
+	txn.SetChangelogOffset(task, 7)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, at, ok, err := st.ChangelogPosition(task); err != nil || !ok || !at.Equal(clock) {
+		t.Fatalf("position before: %v %v %v", at, ok, err)
+	}
+	if _, ok, err := st.Get(agg); !ok || err != nil { // a read caches it (no Cached selection)
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	clock = clock.Add(time.Hour)
+	if err := st.MarkMatched(task); err != nil {
+		t.Fatal(err)
+	}
+	next, at, ok, err := st.ChangelogPosition(task)
+	if err != nil || !ok || next != 7 || !at.Equal(clock) {
+		t.Fatalf("position after MarkMatched: next %d at %v (%v %v), want 7 at %v", next, at, ok, err, clock)
+	}
+	if v, ok := cachedValue(st, agg); !ok || string(v) != "v1" {
+		t.Fatalf("MarkMatched dropped a cached value: %q %v", v, ok)
 	}
 }

@@ -40,14 +40,11 @@ func (s *Store) NewTxn() *Txn {
 }
 
 // NewTxnOver starts an empty staging overlay that reads through base (nil:
-// the store) before the store. Its map is sized like base's, as consecutive
-// transactions of a task stage similar numbers of keys: growing the map
-// step by step costs more than the staging itself.
-func (s *Store) NewTxnOver(base *Txn) *Txn { return s.NewTxnSized(base, 0) }
-
-// NewTxnSized is NewTxnOver with room for at least hint staged keys (the
-// caller's count from its previous transaction).
-func (s *Store) NewTxnSized(base *Txn, hint int) *Txn {
+// the store) before the store, with room for at least hint staged keys (the
+// caller's count from its previous transaction) and at least base's:
+// consecutive transactions of a task stage similar numbers of keys, and
+// growing the map step by step costs more than the staging itself.
+func (s *Store) NewTxnOver(base *Txn, hint int) *Txn {
 	if base != nil {
 		hint = max(hint, len(base.writes))
 	}
