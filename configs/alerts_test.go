@@ -8,7 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/projector-dev/projector/internal/testtool"
+	"github.com/projector-dev/projector/internal/harness/testtool"
 )
 
 // ruleTests is the part of a promtool unit-test file that coverage needs.

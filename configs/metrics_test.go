@@ -18,9 +18,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/projector-dev/projector/configs"
-	"github.com/projector-dev/projector/internal/app"
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/testtool"
+	"github.com/projector-dev/projector/internal/harness/testtool"
+	"github.com/projector-dev/projector/internal/runtime/app"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // exposition maps each sample name of a text exposition (histograms appear

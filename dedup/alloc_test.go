@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/race"
+	"github.com/projector-dev/projector/internal/harness/race"
 )
 
 // mapKV is a KV that keeps what Set gives it (as a *state.Txn keeps

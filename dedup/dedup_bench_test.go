@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/internal/runtime/state"
 )
 
 // benchStored is how many ids the benchmark store remembers: enough that the

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/internal/runtime/state"
 )
 
 func store(t *testing.T) *state.Store {

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/runtime/eos"
 )
 
 // batchState is what one task's batch of a transaction keeps until the

@@ -9,9 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/changelog"
-	"github.com/projector-dev/projector/internal/envelope"
-	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/runtime/changelog"
+	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -46,7 +46,7 @@ type Config struct {
 	EffectsTopic    string
 	// ReceiptsTopic, when set (the ingress is configured), receives one
 	// receipt per new event that came through the HTTP ingress, in the same
-	// transaction as the event's other outputs (internal/receipt). Live
+	// transaction as the event's other outputs (internal/runtime/receipt). Live
 	// mode only: a rebuild never writes receipts.
 	ReceiptsTopic string
 	// Partitions is the partition count for input topics that do not exist

@@ -10,18 +10,18 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/race"
-	"github.com/projector-dev/projector/internal/soak"
-	"github.com/projector-dev/projector/internal/state"
-	"github.com/projector-dev/projector/internal/testkit"
-	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/internal/harness/race"
+	"github.com/projector-dev/projector/internal/harness/soak"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )
 
 // The fault-matrix kit: a start variant with its own state options and
 // config tweaks, a supervisor that restarts crashed instances, and the
-// figure line with the Jepsen-style checkers of internal/soak (projection vs
+// figure line with the Jepsen-style checkers of internal/harness/soak (projection vs
 // model, dead letters, aborted records visible read_committed).
 
 // startWith is start with state options (an errorfs) and a config tweak.

@@ -7,7 +7,7 @@ package processor_test
 //
 // where A counts abort markers on the outputs and the changelog (one per
 // partition an aborted transaction touched) and every checker column comes
-// from internal/soak.Check: the projection against the workload's reference
+// from internal/harness/soak.Check: the projection against the workload's reference
 // model, the dead letters against the expected reasons, and every output
 // topic read read_uncommitted and read_committed to prove that no record of
 // an aborted or open transaction is visible. The single-crash, single-abort
@@ -31,10 +31,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/projector-dev/projector/internal/broker"
-	"github.com/projector-dev/projector/internal/state"
-	"github.com/projector-dev/projector/internal/testkit"
-	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/runtime/broker"
+	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )

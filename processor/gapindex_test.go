@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/testkit"
-	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )

@@ -5,8 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/jsonenc"
+	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects"
 )

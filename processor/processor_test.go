@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/race"
-	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/internal/harness/race"
+	"github.com/projector-dev/projector/internal/harness/workload"
 )
 
 // smallWorkload generates a seeded stream; under -race or -short it is a

@@ -3,8 +3,8 @@ package processor
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/receipt"
+	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/receipt"
 )
 
 // receipts reports whether this processor writes ingress receipts.

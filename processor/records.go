@@ -9,11 +9,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/command"
-	"github.com/projector-dev/projector/internal/envelope"
-	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/receipt"
-	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/internal/runtime/command"
+	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/receipt"
+	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/projection"
 )
 

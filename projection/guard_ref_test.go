@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/internal/runtime/envelope"
 )
 
 type refGuard Guard

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/projector-dev/projector/internal/jsonenc"
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 )
 
 // refMergePatch applies an RFC 7386 JSON merge patch to a JSON object document

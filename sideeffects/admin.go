@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/topicread"
+	"github.com/projector-dev/projector/internal/operator/topicread"
 )
 
 // ReadLedger reads the ledger of every effects-topic partition from its

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // runnable reports whether the Runner should execute e, and from when.

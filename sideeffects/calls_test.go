@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 func TestCallsOneHolderPerKey(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/command"
-	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/staging"
+	"github.com/projector-dev/projector/internal/runtime/command"
+	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/staging"
 )
 
 // HeaderCommand marks a record on the effects topic that is an operator

@@ -1,15 +1,15 @@
 package sideeffects
 
 import (
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/state"
+	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/state"
 )
 
 // The types a user of the package needs that are implemented in internal
 // packages, re-exported here so that another module can configure effects
 // and run a worker (in the style of pebble's internal.go). They are the
-// configuration file's own types: internal/app passes the file's
+// configuration file's own types: internal/runtime/app passes the file's
 // sideEffects to NewRules and EffectsFromConfig as they are.
 
 // EffectRule is one configured side effect: the event types and optional

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/projector-dev/projector/internal/staging"
+	"github.com/projector-dev/projector/internal/runtime/staging"
 )
 
 // MemKV is an in-memory KV for tests and tools. It is safe for concurrent

@@ -13,10 +13,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/broker"
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/state"
-	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/runtime/broker"
+	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/sideeffects"
 )
 

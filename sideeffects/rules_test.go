@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/envelope"
+	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/projection"
 )
 

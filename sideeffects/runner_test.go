@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // hangTimeout is the webhook timeout where a test wants it to expire (the

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // Store gives the Runner transactional access to one ledger (in the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/sideeffects"
 )
 

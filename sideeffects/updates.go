@@ -3,8 +3,8 @@ package sideeffects
 import (
 	"time"
 
-	"github.com/projector-dev/projector/internal/eos"
-	"github.com/projector-dev/projector/internal/staging"
+	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/staging"
 )
 
 // request is one Runner Update waiting for the loop.

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // Outcome is an executor's classification of one call.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/changelog"
-	"github.com/projector-dev/projector/internal/eos"
+	"github.com/projector-dev/projector/internal/runtime/changelog"
+	"github.com/projector-dev/projector/internal/runtime/eos"
 )
 
 // ErrRevoked is returned to a Runner whose partition was revoked.

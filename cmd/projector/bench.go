@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/bench"
+	"github.com/projector-dev/projector/internal/harness/bench"
 )
 
 // runBench is `projector bench`: the transport floor and the full pipeline on

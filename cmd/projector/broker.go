@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/broker"
+	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 // runBroker is `projector broker`: the embedded, persistent, single-node

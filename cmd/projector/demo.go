@@ -19,11 +19,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/configs"
-	"github.com/projector-dev/projector/internal/app"
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/rebuild"
-	"github.com/projector-dev/projector/internal/testkit"
-	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/operator/rebuild"
+	"github.com/projector-dev/projector/internal/runtime/app"
+	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects"
 )

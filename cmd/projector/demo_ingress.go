@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/projector-dev/projector/internal/app"
-	"github.com/projector-dev/projector/internal/receipt"
-	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/runtime/app"
+	"github.com/projector-dev/projector/internal/runtime/receipt"
 )
 
 // demoIngress posts one event through the HTTP ingress, retries it

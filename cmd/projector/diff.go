@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/app"
-	"github.com/projector-dev/projector/internal/rebuild"
+	"github.com/projector-dev/projector/internal/operator/rebuild"
+	"github.com/projector-dev/projector/internal/runtime/app"
 )
 
 const diffExample = `  projector diff --config configs/example.yaml --topic case-overview.v1 --topic case-overview.v2

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/app"
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/ops"
+	"github.com/projector-dev/projector/internal/operator/ops"
+	"github.com/projector-dev/projector/internal/runtime/app"
+	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects"
 )
 

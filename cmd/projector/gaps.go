@@ -15,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/projector-dev/projector/internal/app"
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/ops"
+	"github.com/projector-dev/projector/internal/operator/ops"
+	"github.com/projector-dev/projector/internal/runtime/app"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 const gapsUsage = `Usage of projector gaps:

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/broker"
-	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 const ingressKillConfig = `name: ik

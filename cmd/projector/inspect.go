@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/ops"
+	"github.com/projector-dev/projector/internal/operator/ops"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // runInspect is `projector inspect AGGREGATE`: the guard version, state and

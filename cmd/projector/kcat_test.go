@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/testkit"
-	"github.com/projector-dev/projector/internal/testtool"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/testtool"
 )
 
 // kcatConfig is a worker against an external broker (the `projector broker`

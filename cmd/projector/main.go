@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/config"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // Exit codes (docs/contract.md#exit-codes-and-signals).

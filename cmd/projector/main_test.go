@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/broker"
-	"github.com/projector-dev/projector/internal/testkit"
-	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 var binary string

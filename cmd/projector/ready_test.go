@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/broker"
-	"github.com/projector-dev/projector/internal/testkit"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 // httpGet returns the status code and body of GET http://addr/path (0 and

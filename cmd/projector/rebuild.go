@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/config"
-	"github.com/projector-dev/projector/internal/rebuild"
+	"github.com/projector-dev/projector/internal/operator/rebuild"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 const rebuildExample = `  projector rebuild --config configs/example.yaml --projection case-overview --topic case-overview.v2

@@ -17,9 +17,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/broker"
-	"github.com/projector-dev/projector/internal/testkit"
-	"github.com/projector-dev/projector/internal/workload"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 const rebuildTestConfig = `name: cli-rebuild

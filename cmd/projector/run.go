@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/app"
+	"github.com/projector-dev/projector/internal/runtime/app"
 )
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {

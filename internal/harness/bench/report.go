@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/projector-dev/projector/internal/operator/humanize"
+)
+
+// Print writes the result as tables.
+func (r *Result) Print(w io.Writer) {
+	o := r.Options
+	fmt.Fprintf(w, "projector bench: %s events over %s aggregates; %s duplicates, %s reordered, %s late gaps, %s stale, %s conflicts, %s invalid; seed %d\n",
+		humanize.Thousands(int64(o.Events)), humanize.Thousands(int64(o.Aggregates)), pct(o.Duplicates), pct(o.Reorder), pct(o.LateGaps), pct(o.Stale), pct(o.Conflicts), pct(o.Invalid), o.Seed)
+	where := "embedded broker (kfake, log on disk) in this process"
+	if !r.Embedded {
+		where = "external brokers " + strings.Join(o.Brokers, ",")
+	}
+	fmt.Fprintf(w, "input: %s records on %d partitions, up to %d records per transaction; %s\n", humanize.Thousands(r.Input), o.Partitions, o.Batch, where)
+	fmt.Fprintf(w, "setup (not timed): generated in %s, produced in %s\n\n", r.Generate.Round(time.Millisecond), r.Produce.Round(time.Millisecond))
+
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\tphase\trecords\ttime\tevents/s\ttxns\taborted\tp50 txn\tp99 txn\twritten/rec\tcpu/rec\tcores\tratio\t")
+	for i, run := range r.Runs {
+		row := func(ph Phase, ratio string) {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.2f\t%s\t%.2f\t%s\t\n", i+1, ph.Name, humanize.Thousands(ph.Records),
+				ph.Elapsed.Round(time.Millisecond), humanize.Thousands(int64(ph.Rate())), ph.Txns, ph.Aborted,
+				ms(ph.P50), ms(ph.P99), ph.WrittenPerRecord(), us(ph.PerRecord()), ph.Cores(), ratio)
+		}
+		row(run.Floor, "")
+		if run.FloorN != nil {
+			row(*run.FloorN, fmt.Sprintf("%.3f", run.FloorNRatio()))
+		}
+		row(run.Pipeline, fmt.Sprintf("%.3f", run.Ratio()))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nratio pipeline/transport floor: %.3f (median of %d run(s))\n", r.MedianRatio(), len(r.Runs))
+	if f := r.MedianFloorNRatio(); f > 0 {
+		fmt.Fprintf(w, "ratio transport floor ×%d/transport floor: %.3f (median): the transport alone, writing %d records per input record\n",
+			o.FloorRecords, f, o.FloorRecords)
+	}
+	broker := "the embedded broker's included"
+	if !r.Embedded {
+		broker = "the external broker's not included"
+	}
+	fmt.Fprintf(w, "(written/rec: records written per input record; cpu/rec: this process's CPU time per input record, %s; cores: CPU time over wall time)\n", broker)
+
+	fmt.Fprintln(w, "\npipeline outcome counts (committed) against the reference fold:")
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "outcome\texpected\t")
+	for i := range r.Runs {
+		fmt.Fprintf(tw, "run %d\t", i+1)
+	}
+	fmt.Fprintln(tw, "\t")
+	for _, oc := range Outcomes {
+		fmt.Fprintf(tw, "%s\t%d\t", oc, r.Want[oc])
+		bad := false
+		for _, run := range r.Runs {
+			fmt.Fprintf(tw, "%d\t", run.Got[oc])
+			bad = bad || run.Got[oc] != r.Want[oc]
+		}
+		mark := "ok"
+		if bad {
+			mark = "MISMATCH"
+		}
+		fmt.Fprintf(tw, "%s\t\n", mark)
+	}
+	tw.Flush()
+
+	scope := "whole process: embedded broker, copy loop and pipeline"
+	if !r.Embedded {
+		scope = "whole process: copy loop and pipeline; the broker is external"
+	}
+	if r.PeakReset {
+		fmt.Fprintf(w, "\npeak RSS: %s during the measured runs (%s); %s during setup (generator and producer)\n", mib(r.PeakRSS), scope, mib(r.SetupRSS))
+	} else {
+		fmt.Fprintf(w, "\npeak RSS: %s (%s, setup and generator included: the peak could not be reset)\n", mib(r.PeakRSS), scope)
+	}
+	if r.CPUProfile != "" {
+		fmt.Fprintf(w, "CPU profile of run 1's pipeline phase: %s (go tool pprof -top %s)\n", r.CPUProfile, r.CPUProfile)
+	}
+	if m := r.Mismatches(); len(m) > 0 {
+		fmt.Fprintf(w, "\nFAILED: %d outcome counts differ from the reference fold; the figures above are not valid.\n", len(m))
+	} else {
+		fmt.Fprintln(w, "\noutcome counts: correct in every run")
+	}
+}
+
+func pct(f float64) string {
+	if f <= 0 {
+		return "0%"
+	}
+	return strconv.FormatFloat(f*100, 'g', 4, 64) + "%"
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
+
+func us(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', 2, 64) + "µs"
+}
+
+func mib(b int64) string {
+	if b <= 0 {
+		return "unknown"
+	}
+	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 0, 64) + " MiB"
+}

@@ -1,0 +1,307 @@
+// Package testkit holds the checkers shared by projector's integration tests,
+// soak and benchmark: producing a workload, waiting for a consumer group to
+// catch up, reading topics read_committed, and Jepsen-style checks of a
+// projection topic against a workload's reference fold.
+package testkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/operator/topicread"
+)
+
+// Produce writes records to topic (key-hash partitioned, like a well-behaved
+// producer), synchronously, in order.
+func Produce(ctx context.Context, brokers []string, topic string, recs []workload.Record) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.MaxBufferedRecords(100_000), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	const chunk = 5000
+	for i := 0; i < len(recs); i += chunk {
+		batch := make([]*kgo.Record, 0, chunk)
+		for _, r := range recs[i:min(i+chunk, len(recs))] {
+			batch = append(batch, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value})
+		}
+		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			return fmt.Errorf("testkit: produce: %w", err)
+		}
+	}
+	return nil
+}
+
+// CreateTopic creates a topic with n partitions (ignoring "already exists").
+func CreateTopic(ctx context.Context, brokers []string, topic string, n int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, n, -1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+		return err
+	}
+	return nil
+}
+
+// WaitCaughtUp waits until group has committed offsets at the end of every
+// partition of topics.
+func WaitCaughtUp(ctx context.Context, brokers []string, group string, topics ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var last string
+	for {
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		if err == nil {
+			var committed kadm.OffsetResponses
+			committed, err = adm.FetchOffsets(ctx, group)
+			if err == nil {
+				behind := 0
+				ends.Each(func(o kadm.ListedOffset) {
+					c, ok := committed.Lookup(o.Topic, o.Partition)
+					if o.Offset > 0 && (!ok || c.At < o.Offset) {
+						behind++
+					}
+				})
+				if behind == 0 {
+					return nil
+				}
+				last = fmt.Sprintf("%d partitions behind", behind)
+			}
+		}
+		if err != nil {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testkit: group %s did not catch up: %s: %w", group, last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ReadAll reads every committed record of topic (read_committed), up to the
+// end offsets at the time of the call.
+func ReadAll(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
+	var out []*kgo.Record
+	err := topicread.Committed(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, func(r *kgo.Record) { out = append(out, r) })
+	if errors.Is(err, topicread.ErrNoTopic) {
+		return nil, nil
+	}
+	return out, err
+}
+
+// ProjectionValue is the contract's projection record.
+type ProjectionValue struct {
+	Projection    string          `json:"projection"`
+	AggregateID   string          `json:"aggregateId"`
+	AggregateType string          `json:"aggregateType"`
+	Version       int64           `json:"version"`
+	State         json.RawMessage `json:"state"`
+	LastEventID   string          `json:"lastEventId"`
+	LastEventType string          `json:"lastEventType"`
+}
+
+// Report is the outcome of checking a projection topic.
+type Report struct {
+	Records       int
+	Keys          int
+	Dup           int // a (key, version) seen more than once
+	NonMonotonic  int // a version not greater than the key's previous one
+	Lost          int // expected keys missing, or behind the expected version
+	Diff          int // keys whose final state differs
+	Unexpected    int // keys the reference does not know
+	FirstProblems []string
+}
+
+func (r *Report) problem(format string, args ...any) {
+	if len(r.FirstProblems) < 10 {
+		r.FirstProblems = append(r.FirstProblems, fmt.Sprintf(format, args...))
+	}
+}
+
+// OK reports whether no check failed.
+func (r Report) OK() bool {
+	return r.Dup == 0 && r.NonMonotonic == 0 && r.Lost == 0 && r.Diff == 0 && r.Unexpected == 0
+}
+
+func (r Report) String() string {
+	return fmt.Sprintf("%d records, %d keys; output dup %d, nonmonotonic %d, lost %d, projection diff %d, unexpected %d %v",
+		r.Records, r.Keys, r.Dup, r.NonMonotonic, r.Lost, r.Diff, r.Unexpected, r.FirstProblems)
+}
+
+// CheckProjection checks a projection topic's records (in offset order per
+// partition) against the expected final states. A tombstone carries no
+// version; it must be the key's last record iff the aggregate is deleted.
+func CheckProjection(recs []*kgo.Record, exp map[string]workload.Final) Report {
+	var rep Report
+	rep.Records = len(recs)
+	type keyState struct {
+		version int64
+		last    *kgo.Record
+		seen    map[int64]bool
+	}
+	keys := map[string]*keyState{}
+	for _, r := range recs {
+		k := string(r.Key)
+		ks := keys[k]
+		if ks == nil {
+			ks = &keyState{seen: map[int64]bool{}}
+			keys[k] = ks
+		}
+		ks.last = r
+		if r.Value == nil {
+			ks.version++ // a tombstone stands for the next version
+			continue
+		}
+		var v ProjectionValue
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			rep.Diff++
+			rep.problem("%s: undecodable value %q", k, r.Value)
+			continue
+		}
+		if ks.seen[v.Version] {
+			rep.Dup++
+			rep.problem("%s: version %d emitted twice", k, v.Version)
+		}
+		ks.seen[v.Version] = true
+		if v.Version <= ks.version {
+			rep.NonMonotonic++
+			rep.problem("%s: version %d after %d", k, v.Version, ks.version)
+		}
+		ks.version = v.Version
+	}
+	rep.Keys = len(keys)
+	for k, want := range exp {
+		ks := keys[k]
+		if ks == nil {
+			rep.Lost++
+			rep.problem("%s: no output (want version %d)", k, want.Version)
+			continue
+		}
+		if want.Deleted {
+			if ks.last.Value != nil {
+				rep.Diff++
+				rep.problem("%s: want tombstone, got %s", k, ks.last.Value)
+			}
+			continue
+		}
+		if ks.last.Value == nil {
+			rep.Diff++
+			rep.problem("%s: unexpected tombstone", k)
+			continue
+		}
+		var v ProjectionValue
+		_ = json.Unmarshal(ks.last.Value, &v)
+		if v.Version < want.Version {
+			rep.Lost++
+			rep.problem("%s: final version %d, want %d", k, v.Version, want.Version)
+			continue
+		}
+		if v.Version != want.Version {
+			rep.Diff++
+			rep.problem("%s: final version %d, want %d", k, v.Version, want.Version)
+			continue
+		}
+		if !JSONEqual(v.State, want.State) {
+			rep.Diff++
+			rep.problem("%s: state %s, want %v", k, v.State, want.State)
+		}
+	}
+	for k := range keys {
+		if _, ok := exp[k]; !ok {
+			rep.Unexpected++
+			rep.problem("%s: not in the reference", k)
+		}
+	}
+	return rep
+}
+
+// JSONEqual compares a JSON document with a decoded value.
+func JSONEqual(doc []byte, want any) bool {
+	var got any
+	if err := json.Unmarshal(doc, &got); err != nil {
+		return false
+	}
+	wb, _ := json.Marshal(want)
+	var w any
+	_ = json.Unmarshal(wb, &w)
+	return reflect.DeepEqual(got, w)
+}
+
+// DeadLetter is one dead-letter record's essentials.
+type DeadLetter struct {
+	Value, Reason, Error, Source string
+}
+
+// DeadLetters decodes dead-letter records.
+func DeadLetters(recs []*kgo.Record) []DeadLetter {
+	out := make([]DeadLetter, 0, len(recs))
+	for _, r := range recs {
+		d := DeadLetter{Value: string(r.Value)}
+		for _, h := range r.Headers {
+			switch h.Key {
+			case "projector-reason":
+				d.Reason = string(h.Value)
+			case "projector-error":
+				d.Error = string(h.Value)
+			case "projector-source":
+				d.Source = string(h.Value)
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// CheckDeadLetters compares dead letters with the expected value → reason map:
+// every expected value exactly once with its reason, nothing else.
+func CheckDeadLetters(got []DeadLetter, want map[string]string) []string {
+	var problems []string
+	seen := map[string]int{}
+	for _, d := range got {
+		seen[d.Value]++
+		r, ok := want[d.Value]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("unexpected dead letter %q (%s: %s)", d.Value, d.Reason, d.Error))
+		case r != d.Reason:
+			problems = append(problems, fmt.Sprintf("dead letter %q: reason %s (%s), want %s", d.Value, d.Reason, d.Error, r))
+		}
+	}
+	var missing []string
+	for v := range want {
+		switch seen[v] {
+		case 0:
+			missing = append(missing, v)
+		case 1:
+		default:
+			problems = append(problems, fmt.Sprintf("dead letter %q appears %d times", v, seen[v]))
+		}
+	}
+	sort.Strings(missing)
+	for _, v := range missing {
+		problems = append(problems, fmt.Sprintf("missing dead letter %q (want %s)", v, want[v]))
+	}
+	return problems
+}

@@ -1,0 +1,262 @@
+package eos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/internal/runtime/state"
+)
+
+// Tasks calls fn for every owned, verified task. Ownership is confirmed
+// against the client's own offsets as well as the callbacks: franz-go's
+// transact session forwards only the first revoke until the next End, so a
+// task the callbacks still list may already be gone (the client deletes
+// revoked and lost partitions from its offsets).
+func (l *Loop) Tasks(fn func(*Task)) {
+	held := l.offsetsHeld()
+	for id, t := range l.tasks {
+		if t.verified && held(id) {
+			fn(t)
+		}
+	}
+}
+
+// offsetsHeld returns whether the client holds committed or uncommitted
+// offsets for a partition (a snapshot taken now).
+func (l *Loop) offsetsHeld() func(state.Task) bool {
+	var owned, committed map[string]map[int32]kgo.EpochOffset
+	if l.sess != nil {
+		owned, committed = l.sess.Client().UncommittedOffsets(), l.sess.Client().CommittedOffsets()
+	}
+	return func(id state.Task) bool {
+		_, a := owned[id.Topic][id.Partition]
+		_, b := committed[id.Topic][id.Partition]
+		return a || b
+	}
+}
+
+// dropLost revokes the tasks whose partitions the client no longer holds
+// offsets for although it did since their assignment: a revoke or loss the
+// transact session swallowed (it forwards one per End). Their handler state
+// must go now – the executor's Runner above all – not at the next callback.
+func (l *Loop) dropLost() {
+	if len(l.tasks) == 0 {
+		return
+	}
+	held := l.offsetsHeld()
+	for id, t := range l.tasks {
+		switch {
+		case held(id):
+			t.inOffsets = true
+		case t.inOffsets:
+			l.cfg.Logger.Info("partition no longer held by the client; dropping it", "task", id.String())
+			delete(l.tasks, id)
+			l.h.Revoked(t)
+			l.stats.setAssigned(id, false)
+			l.mu.Lock()
+			delete(l.fetched, id)
+			l.mu.Unlock()
+			l.needReset = true
+		}
+	}
+}
+
+// resetSession ends an empty transaction so that the session clears its
+// revoked flag and forwards the next revoke to our callback (see Tasks).
+func (l *Loop) resetSession() {
+	if l.sess == nil {
+		return
+	}
+	if err := l.sess.Begin(); err != nil {
+		l.cfg.Logger.Debug("reset session: begin", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TransactionTimeout)
+	defer cancel()
+	if _, err := l.sess.End(ctx, kgo.TryAbort); err != nil {
+		l.cfg.Logger.Debug("reset session: end", "err", err)
+		return
+	}
+	l.needReset = false
+}
+
+// onAssigned is kgo's assignment callback: it only records the newly
+// assigned tasks (pending), which the loop restores between transactions
+// (syncAssignment).
+func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// kgo calls this after every completed join, also when nothing new is
+	// assigned: the member is in the group (readiness with no partitions).
+	l.joined = true
+	for t, parts := range m {
+		for _, part := range parts {
+			id := state.Task{Topic: t, Partition: part}
+			l.pending[id] = true
+			delete(l.revoked, id)
+		}
+	}
+}
+
+// onRevoked is kgo's revoke callback: it records the revoked tasks, which
+// the loop drops between transactions (syncAssignment); their fetched
+// offsets no longer verify them.
+func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.revokes++
+	for t, parts := range m {
+		for _, part := range parts {
+			id := state.Task{Topic: t, Partition: part}
+			l.revoked[id] = true
+			delete(l.pending, id)
+			delete(l.fetched, id)
+		}
+	}
+}
+
+// onLost is onRevoked for a member the group dropped (session expired,
+// fenced): it must join again before it is ready.
+func (l *Loop) onLost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	l.onRevoked(ctx, cl, m)
+	l.mu.Lock()
+	l.joined = false
+	l.mu.Unlock()
+}
+
+// onOffsetsFetched records the partitions whose committed offsets the group
+// fetched after an assignment. kgo fetches with require_stable (KIP-447):
+// the broker answers only once no transaction holds pending offsets for
+// them, and every transaction that changes a task's state commits an offset
+// for its partition (fence), so by now any previous owner's transaction
+// has resolved and the changelog's last stable offset includes it.
+func (l *Loop) onOffsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	add := func(topic string, part int32, code int16) {
+		if code == 0 {
+			l.fetched[state.Task{Topic: topic, Partition: part}] = true
+		}
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			add(t.Topic, p.Partition, p.ErrorCode)
+		}
+	}
+	for _, g := range resp.Groups {
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				add(t.Topic, p.Partition, p.ErrorCode)
+			}
+		}
+	}
+	return nil
+}
+
+// syncAssignment applies the assignment changes recorded by the group
+// callbacks: revoked tasks are dropped, newly assigned ones restored.
+func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
+	l.mu.Lock()
+	revoked, pending := l.revoked, l.pending
+	l.revoked, l.pending = make(map[state.Task]bool), make(map[state.Task]bool)
+	l.mu.Unlock()
+	if len(revoked) > 0 || len(pending) > 0 {
+		// Hooks of a committed transaction touch task state: run them
+		// before tasks go or come.
+		if err := l.settle(); err != nil {
+			return err
+		}
+	}
+	for id := range revoked {
+		if t := l.tasks[id]; t != nil {
+			delete(l.tasks, id)
+			l.h.Revoked(t)
+		}
+		l.stats.setAssigned(id, false)
+	}
+	if len(revoked) > 0 {
+		l.needReset = true
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	var ts []*Task
+	for id := range pending {
+		t := &Task{ID: id, Prefix: id.Prefix(), since: time.Now()}
+		if old := l.tasks[id]; old != nil {
+			l.h.Revoked(old)
+		}
+		l.tasks[id] = t
+		l.stats.setAssigned(id, true)
+		ts = append(ts, t)
+	}
+	l.publishReadiness()
+	return r.restore(ctx, ts, false)
+}
+
+// verify restores, once per assignment, every task whose records arrived or
+// whose committed offsets the group has fetched (onOffsetsFetched): by then
+// a previous owner's transaction has resolved and the changelog's last
+// stable offset includes it. A task that has neither (kgo did not report
+// the fetch) is verified after the longest a transaction can stay open.
+func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
+	var ts []*Task
+	seen := make(map[state.Task]bool)
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
+		if t := l.tasks[id]; t != nil && !t.verified && len(fp.Records) > 0 && !seen[id] {
+			seen[id] = true
+			ts = append(ts, t)
+		}
+	})
+	l.mu.Lock()
+	for id, t := range l.tasks {
+		if t.verified || seen[id] {
+			continue
+		}
+		if l.fetched[id] || time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
+			ts = append(ts, t)
+		}
+	}
+	l.mu.Unlock()
+	if len(ts) > 0 {
+		if err := r.restore(ctx, ts, true); err != nil {
+			return err
+		}
+	}
+	l.publishReadiness()
+	return nil
+}
+
+// publishReadiness tells Stats whether the loop is ready
+// (docs/contract.md#health-and-readiness: joined the group and every assigned
+// partition restored, also with none assigned) and, if not, why.
+func (l *Loop) publishReadiness() {
+	l.mu.Lock()
+	joined := l.joined
+	l.mu.Unlock()
+	missing := l.stats.MissingInputs()
+	var restoring []string
+	for id, t := range l.tasks {
+		if !t.verified {
+			restoring = append(restoring, id.String())
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		l.stats.setReadiness(false, fmt.Sprintf("input topic %s does not exist (create it; the worker waits for it)", strings.Join(missing, ", ")))
+	case !joined:
+		l.stats.setReadiness(false, "joining consumer group "+l.cfg.Group)
+	case len(restoring) > 0:
+		slices.Sort(restoring)
+		l.stats.setReadiness(false, fmt.Sprintf("group %s: restoring %d of %d partitions (%s)", l.cfg.Group, len(restoring), len(l.tasks), strings.Join(restoring, ", ")))
+	default:
+		l.stats.setReadiness(true, "")
+	}
+}

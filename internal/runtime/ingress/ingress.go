@@ -1,0 +1,205 @@
+// Package ingress is the HTTP front door of the worker (docs/ingress.md,
+// decision 008): POST /v1/events takes one event envelope, or
+// {"events":[…]}, under an Idempotency-Key (and X-Tenant-ID where tenancy
+// is used), writes it to the input topic and answers with the outcome the
+// processor committed; GET /v1/receipts/{key} answers the same later.
+//
+// Invariants (the ingress's own; docs/ingress.md):
+//
+//   - One event id per (tenant, key, index), derived (receipt.EventID), never
+//     taken from the client: two instances that each take a retry write the
+//     same id, and the processor's dedup lets one of them count
+//     (docs/design.md#duplicates-absorbed).
+//   - Every 2xx body is built from committed receipts only (read
+//     read_committed from the receipts topic, which the processor writes in
+//     the transaction that processes the event): the answer is what was
+//     committed, never a guess, and every instance gives the same bytes.
+//   - A request whose receipts this instance can see is never written
+//     again: a replay is answered from the receipts (200, or 409 when the
+//     payload's RFC 8785 fingerprint differs from the first committed one),
+//     so no second event is produced for a key, whatever the dedup
+//     retention. Until the receipts view has caught up with the end offsets
+//     taken at start the server answers 503 (and is not ready), because a
+//     receipt it has not read yet is not a missing receipt.
+//   - Every answer is safe to retry with the same key and body.
+//   - Run owns the listener, the producer and the receipts reader; on
+//     shutdown the listener stops accepting, requests waiting for a receipt
+//     are answered 202 at once, and Run returns after they are gone.
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/httpserver"
+)
+
+// Config is what a Server needs (config.Ingress plus the wiring).
+type Config struct {
+	Listen         string        // host:port; port 0 picks one (Addr)
+	Topic          string        // the input topic events are written to
+	ReceiptsTopic  string        // the compacted receipts topic
+	Timeout        time.Duration // wait for the committed receipt, then 202; default 10s
+	MaxBodyBytes   int64         // 413 above; default 1 MiB
+	MaxBatch       int           // events per {"events":[…]}; default 100
+	RequireTenant  bool          // X-Tenant-ID mandatory
+	MaxRecordBytes int           // kafka.maxRecordBytes: the largest event accepted; default 1 MiB
+	Partitions     int32         // partitions of the receipts topic when it is created; default 4
+
+	Brokers    []string
+	ClientOpts []kgo.Opt
+	Logger     *slog.Logger
+	// Registerer takes the ingress metrics; nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) applyDefaults() {
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 100
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = 1 << 20
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Server is one instance's ingress.
+type Server struct {
+	cfg     Config
+	view    *view
+	srv     *httpserver.Server
+	metrics *metrics
+
+	producer *kgo.Client
+	stop     chan struct{} // closed when Run's context is done: waiting requests answer 202
+
+	mu       sync.Mutex
+	inflight map[string]struct{} // tenant + "\n" + key of requests being handled here
+}
+
+// New validates cfg and builds the server; Run starts it.
+func New(cfg Config) (*Server, error) {
+	cfg.applyDefaults()
+	if cfg.Topic == "" || cfg.ReceiptsTopic == "" || len(cfg.Brokers) == 0 {
+		return nil, errors.New("ingress: Topic, ReceiptsTopic and Brokers are required")
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, view: newView(cfg.Logger), metrics: m, stop: make(chan struct{}), inflight: map[string]struct{}{}}
+	s.producer, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ProducerBatchMaxBytes(int32(eos.MaxBatchBytes(cfg.MaxRecordBytes))),
+		kgo.ProducerLinger(0)}, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("ingress: producer: %w", err)
+	}
+	s.srv = httpserver.NewHandler(cfg.Listen, "ingress.listen", s.Handler())
+	return s, nil
+}
+
+// Handler serves /v1/events and /v1/receipts/{key}. The metrics wrap the
+// mux, so its own answers (405 for a wrong method, 404 for another path)
+// are counted too.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/events", s.post)
+	mux.HandleFunc("GET /v1/receipts/{key}", s.getReceipt)
+	return s.metrics.wrap(mux)
+}
+
+// Ready reports whether the ingress answers requests: its receipts view has
+// caught up with the receipts committed before it started.
+func (s *Server) Ready() (bool, string) { return s.view.ready() }
+
+// Addr is the bound address once listening (nil before).
+func (s *Server) Addr() net.Addr { return s.srv.Addr() }
+
+// Listening is closed once Run listens or has failed to.
+func (s *Server) Listening() <-chan struct{} { return s.srv.Listening() }
+
+// Run serves until ctx is done, then drains: new connections are refused,
+// requests waiting for a receipt answer 202 at once, and Run returns once
+// they have been answered. It returns an error if it cannot listen.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.producer.Close()
+	stopAfter := context.AfterFunc(ctx, func() { close(s.stop) })
+	defer stopAfter()
+	// The reader outlives the listener: requests being drained may still
+	// get their receipt.
+	rctx, cancelReader := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	var readErr error
+	wg.Go(func() {
+		if err := s.ensureTopic(rctx); err != nil {
+			return
+		}
+		readErr = s.view.run(rctx, s.clientOpts(), s.cfg.ReceiptsTopic)
+	})
+	wg.Go(func() {
+		select {
+		case <-s.srv.Listening():
+			if a := s.srv.Addr(); a != nil {
+				s.cfg.Logger.Info("ingress listening", "addr", a.String(), "topic", s.cfg.Topic, "receipts", s.cfg.ReceiptsTopic)
+			}
+		case <-rctx.Done():
+		}
+	})
+	err := s.srv.Run(ctx)
+	cancelReader()
+	wg.Wait()
+	return errors.Join(err, readErr)
+}
+
+func (s *Server) clientOpts() []kgo.Opt {
+	return append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Brokers...)}, s.cfg.ClientOpts...)
+}
+
+// ensureTopic creates the receipts topic when missing (the processor does
+// too; whichever starts first), retrying until it succeeds or ctx is done.
+func (s *Server) ensureTopic(ctx context.Context) error {
+	for {
+		err := func() error {
+			cl, err := kgo.NewClient(s.clientOpts()...)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return eos.EnsureTopics(tctx, kadm.NewClient(cl), []eos.TopicSpec{{Name: s.cfg.ReceiptsTopic, Compacted: true,
+				MaxMessageBytes: eos.MaxBatchBytes(s.cfg.MaxRecordBytes)}}, s.cfg.Partitions)
+		}()
+		if err == nil {
+			return nil
+		}
+		s.view.setErr(err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

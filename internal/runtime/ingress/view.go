@@ -1,0 +1,213 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/runtime/receipt"
+)
+
+// view is this instance's copy of the committed receipts, read from the
+// start of the receipts topic with read_committed. It keeps the first
+// receipt it reads per key: the processor writes one per key (see
+// internal/runtime/receipt), so the first is the only one.
+//
+// The view is caught up once it has read every partition to the last stable
+// offset listed when it started: before that a missing receipt may only mean
+// "not read yet", and the server answers 503 rather than produce a second
+// event for a key whose receipt it has not seen.
+type view struct {
+	log *slog.Logger
+
+	mu sync.Mutex
+	// byKey holds each receipt's encoded value (about 300 bytes), not the
+	// decoded struct (about 750 bytes in memory): every ingested event has
+	// one for ever, and a lookup decodes just the few it needs.
+	byKey    map[string][]byte
+	changed  chan struct{} // closed and replaced whenever receipts arrive
+	caughtUp bool
+	err      error // why the view is not caught up, when it failed
+}
+
+func newView(log *slog.Logger) *view {
+	return &view{log: log, byKey: map[string][]byte{}, changed: make(chan struct{})}
+}
+
+// get returns the receipt of key and a channel closed when the view next
+// changes (so a waiter can look again).
+func (v *view) get(key string) (*receipt.Receipt, <-chan struct{}) {
+	v.mu.Lock()
+	val, changed := v.byKey[key], v.changed
+	v.mu.Unlock()
+	if val == nil {
+		return nil, changed
+	}
+	r, err := receipt.Decode(val) // decoded once before in add: cannot fail
+	if err != nil {
+		v.log.Error("receipts: a stored receipt no longer decodes", "err", err)
+		return nil, changed
+	}
+	return r, changed
+}
+
+// watch returns a channel closed when the view next changes.
+func (v *view) watch() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.changed
+}
+
+// ready reports whether the view is caught up, and why not.
+func (v *view) ready() (bool, string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch {
+	case v.caughtUp:
+		return true, ""
+	case v.err != nil:
+		return false, "receipts: " + v.err.Error()
+	default:
+		return false, "receipts view catching up"
+	}
+}
+
+// keyed is a validated receipt value under its receipt key.
+type keyed struct {
+	key   string
+	value []byte
+}
+
+func (v *view) add(rs []keyed) {
+	if len(rs) == 0 {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, r := range rs {
+		if _, ok := v.byKey[r.key]; !ok {
+			v.byKey[r.key] = r.value
+		}
+	}
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+func (v *view) setCaughtUp() {
+	v.mu.Lock()
+	v.caughtUp, v.err = true, nil
+	close(v.changed)
+	v.changed = make(chan struct{})
+	v.mu.Unlock()
+}
+
+func (v *view) setErr(err error) {
+	v.mu.Lock()
+	v.err = err
+	v.mu.Unlock()
+}
+
+// run reads the receipts topic until ctx is done. It retries listing the end
+// offsets until it succeeds (the topic may be created by a processor that
+// starts later); read errors are retried by the client.
+func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
+	var ends map[int32]int64
+	for {
+		var err error
+		ends, err = endOffsets(ctx, opts, topic)
+		if err == nil {
+			break
+		}
+		v.setErr(err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Control records are kept (not passed on) so that a partition
+		// whose last record is a commit marker is seen to be read to its end.
+		kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(200*time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("ingress: receipts reader: %w", err)
+	}
+	defer cl.Close()
+	if len(ends) == 0 {
+		v.setCaughtUp()
+	}
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		for _, fe := range fs.Errors() {
+			if fe.Err != nil && !errors.Is(fe.Err, context.Canceled) {
+				v.log.Warn("receipts: fetch error (retried)", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
+			}
+		}
+		var rs []keyed
+		reached := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := ends[r.Partition]; ok && r.Offset+1 >= end {
+				delete(ends, r.Partition)
+				reached = len(ends) == 0
+			}
+			if r.Attrs.IsControl() || r.Value == nil {
+				return
+			}
+			rc, err := receipt.Decode(r.Value)
+			if err != nil {
+				v.log.Warn("receipts: malformed record skipped", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			// Keyed by its own fields, not the record key; copied, so the
+			// fetch's buffer is not kept alive by it.
+			rs = append(rs, keyed{receipt.Key(rc.TenantID, rc.Key, rc.Index), bytes.Clone(r.Value)})
+		})
+		v.add(rs)
+		if reached { // only once this fetch's receipts are in the view
+			v.setCaughtUp()
+		}
+	}
+}
+
+// endOffsets lists the last stable offsets of topic's partitions that have
+// records (read_committed: what a reader can reach).
+func endOffsets(ctx context.Context, opts []kgo.Opt, topic string) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	listed, err := kadm.NewClient(cl).ListCommittedOffsets(lctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	if _, ok := listed[topic]; !ok {
+		return nil, fmt.Errorf("topic %s does not exist yet", topic)
+	}
+	out := map[int32]int64{}
+	var errs []error
+	listed.Each(func(o kadm.ListedOffset) {
+		switch {
+		case o.Err != nil:
+			errs = append(errs, fmt.Errorf("end offset of %s/%d: %w", topic, o.Partition, o.Err))
+		case o.Offset > 0:
+			out[o.Partition] = o.Offset
+		}
+	})
+	return out, errors.Join(errs...)
+}
