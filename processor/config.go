@@ -3,7 +3,6 @@ package processor
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,23 +34,22 @@ func (m Mode) String() string {
 // Config is everything Run needs. Build it with the fields below; zero values
 // of the tunables take the documented defaults in New.
 type Config struct {
-	Name       string // processor name: group id, transactional id prefix, dedup scope
-	InstanceID string // stable per instance: the transactional id is Name-InstanceID
-	Brokers    []string
-	// ClientOpts are extra kgo options (TLS, SASL, logging) for every client.
-	ClientOpts []kgo.Opt
+	// Session is what the processor shares with the side-effect executor:
+	// Name (the group, transactional-id prefix and dedup scope), InstanceID,
+	// Brokers, ClientOpts, DeadLetterTopic, Partitions (for missing inputs,
+	// default 4), Store, MaxRecordsPerTxn (default 5000), MaxRecordBytes
+	// (kafka.maxRecordBytes: the largest input accepted and record
+	// produced, default 1 MiB), TransactionTimeout (default 40s),
+	// SessionTimeout (default 45s), Logger, Now and Hooks.
+	Session
 
-	Inputs          []string
-	DeadLetterTopic string
-	EffectsTopic    string
+	Inputs       []string
+	EffectsTopic string
 	// ReceiptsTopic, when set (the ingress is configured), receives one
 	// receipt per new event that came through the HTTP ingress, in the same
 	// transaction as the event's other outputs (internal/runtime/receipt). Live
 	// mode only: a rebuild never writes receipts.
 	ReceiptsTopic string
-	// Partitions is the partition count for input topics that do not exist
-	// yet (default 4). Changelogs always follow their input.
-	Partitions int32
 	// WaitForInputs: a missing input topic is waited for (logged, and the
 	// reason /readyz gives), never created. Set on a real cluster, where an
 	// input's partition count is the operator's decision; off (the
@@ -62,17 +60,11 @@ type Config struct {
 	// EffectRules turn applied events into side-effect intents (the
 	// configured sideEffects); nil means only handler-returned intents.
 	EffectRules EffectRules
-	Store       *Store
 	Dedup       *dedup.Store
 
 	HoldTimeout time.Duration     // default 5m
 	GapPolicy   projection.Policy // default Wait
 	MaxHeld     int64             // per aggregate, default 10000
-
-	MaxRecordsPerTxn   int           // default 5000
-	TransactionTimeout time.Duration // default 40s
-	SessionTimeout     time.Duration // default 45s
-	MaxRecordBytes     int           // kafka.maxRecordBytes: largest input accepted and record produced, default 1 MiB
 
 	Mode Mode
 	// Group overrides the consumer group and transactional-id prefix (default
@@ -82,11 +74,6 @@ type Config struct {
 	// StartOffset is where a group with no committed offsets starts (default
 	// the earliest offset; a rebuild --from a time uses AfterMilli).
 	StartOffset *kgo.Offset
-	Logger      *slog.Logger
-	// Now is the clock (default time.Now); tests inject one.
-	Now func() time.Time
-	// Hooks are test seams for fault injection; nil in production.
-	Hooks *Hooks
 }
 
 // EffectRules build the side-effect intents of an applied event
@@ -120,18 +107,7 @@ func (c *Config) applyDefaults() {
 	if c.MaxRecordBytes <= 0 {
 		c.MaxRecordBytes = envelope.DefaultMaxBytes
 	}
-	if c.TransactionTimeout <= 0 {
-		c.TransactionTimeout = 40 * time.Second
-	}
-	if c.SessionTimeout <= 0 {
-		c.SessionTimeout = 45 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.DefaultTimeouts()
 	if c.Group == "" {
 		c.Group = c.Name
 	}

@@ -64,10 +64,12 @@ func Example_goProjection() {
 	})
 
 	p, err := processor.New(processor.Config{
-		Name: "example", InstanceID: "i1", Brokers: brokers,
-		Inputs: []string{"orders"}, DeadLetterTopic: "orders.dlq", EffectsTopic: "orders.effects",
+		Session: processor.Session{
+			Name: "example", InstanceID: "i1", Brokers: brokers, DeadLetterTopic: "orders.dlq",
+			Store: store,
+		},
+		Inputs: []string{"orders"}, EffectsTopic: "orders.effects",
 		Projections: []*projection.Projection{{Name: "customer-totals", Topic: "customer-totals.v1", Handler: totals, Versioned: true}},
-		Store:       store,
 	})
 	if err != nil {
 		log.Fatal(err)

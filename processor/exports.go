@@ -25,3 +25,8 @@ type LoopStats = eos.Stats
 func OpenStore(dir string, cacheBytes int64) (*Store, error) {
 	return state.Open(dir, StoreOptions(cacheBytes))
 }
+
+// Session is the part of Config the processor shares with the side-effect
+// executor (sideeffects.Session is the same type): who the worker is in
+// Kafka, its local store and the transaction loop's bounds.
+type Session = eos.Session

@@ -45,14 +45,17 @@ func (e *env) startWith(o instOpts, so state.Options, tweak func(*processor.Conf
 		lvl = slog.LevelDebug
 	}
 	cfg := processor.Config{
-		Name: group, InstanceID: o.id, Brokers: e.brokers,
-		Inputs: []string{inputTopic}, DeadLetterTopic: dlqTopic, EffectsTopic: "case-events.effects",
+		Session: processor.Session{
+			Name: group, InstanceID: o.id, Brokers: e.brokers, DeadLetterTopic: dlqTopic, Store: st,
+			MaxRecordsPerTxn: o.maxRecs, Now: o.now, SessionTimeout: 6 * time.Second,
+			TransactionTimeout: 20 * time.Second,
+			Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("instance", o.id),
+			Hooks:              o.hooks,
+		},
+		Inputs: []string{inputTopic}, EffectsTopic: "case-events.effects",
 		Projections: []*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}},
-		Store:       st, Dedup: dedup.NewStore(168 * time.Hour),
-		MaxRecordsPerTxn: o.maxRecs, GapPolicy: o.policy, HoldTimeout: o.hold, Now: o.now,
-		SessionTimeout: 6 * time.Second, TransactionTimeout: 20 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("instance", o.id),
-		Hooks:  o.hooks,
+		Dedup:       dedup.NewStore(168 * time.Hour),
+		GapPolicy:   o.policy, HoldTimeout: o.hold,
 	}
 	if tweak != nil {
 		tweak(&cfg)

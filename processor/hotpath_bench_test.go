@@ -31,11 +31,15 @@ func BenchmarkProcessEvent(b *testing.B) {
 	}
 	defer st.Close()
 	p, err := New(Config{
-		Name: "bench", InstanceID: "b", Brokers: []string{"127.0.0.1:1"}, Inputs: []string{"case-events"},
-		DeadLetterTopic: "dlq", EffectsTopic: "effects",
+		Session: Session{
+			Name: "bench", InstanceID: "b", Brokers: []string{"127.0.0.1:1"}, DeadLetterTopic: "dlq",
+			Store: st,
+		},
+		Inputs:       []string{"case-events"},
+		EffectsTopic: "effects",
 		Projections: []*projection.Projection{{Name: "case-overview", Topic: "case-overview.v1",
 			Handler: projection.Rules{"CaseOpened": projection.Merge, "CaseUpdated": projection.Merge}, Versioned: true}},
-		Store: st, Dedup: dedup.NewStore(168 * time.Hour), Mode: Live,
+		Dedup: dedup.NewStore(168 * time.Hour), Mode: Live,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -87,25 +87,22 @@ func New(cfg Config) (*Processor, error) {
 	if cfg.Mode == Live && cfg.ReceiptsTopic != "" {
 		outputs = append(outputs, eos.TopicSpec{Name: cfg.ReceiptsTopic, Compacted: true})
 	}
-	p.loop = eos.New(eos.Config{
-		Group: cfg.Group, TransactionalID: p.TransactionalID(), InstanceID: cfg.InstanceID,
-		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts, CreateInputs: !cfg.WaitForInputs,
-		Inputs: cfg.Inputs, ChangelogOf: func(in string) string { return ChangelogTopic(cfg.Group, in) },
-		StartOffset:     cfg.StartOffset,
-		DeadLetterTopic: cfg.DeadLetterTopic, OutputTopics: outputs, Partitions: cfg.Partitions,
-		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn, MaxRecordBytes: cfg.MaxRecordBytes,
-		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
-		Restore: cfg.Dedup.Restore, Logger: cfg.Logger, Now: cfg.Now,
-		Hooks: cfg.Hooks, Stats: p.stats.LoopStats,
-		// Tasks share nothing (decision 001): the guards and the dedup
-		// store are stateless, per-task state is the task's taskState
-		// and per-transaction state its batchState, one per task batch.
-		Parallel: true,
-		// Nothing outside the processor waits on its commit hooks (counts,
-		// the gap index), so the Pebble write overlaps the next
-		// transaction.
-		AsyncCommit: true,
-	}, (*pipeline)(p))
+	lc := cfg.LoopConfig(cfg.Group)
+	lc.CreateInputs = !cfg.WaitForInputs
+	lc.Inputs = cfg.Inputs
+	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Group, in) }
+	lc.StartOffset = cfg.StartOffset
+	lc.OutputTopics = outputs
+	lc.Restore = cfg.Dedup.Restore
+	lc.Stats = p.stats.LoopStats
+	// Tasks share nothing (decision 001): the guards and the dedup store are
+	// stateless, per-task state is the task's taskState and per-transaction
+	// state its batchState, one per task batch.
+	lc.Parallel = true
+	// Nothing outside the processor waits on its commit hooks (counts, the
+	// gap index), so the Pebble write overlaps the next transaction.
+	lc.AsyncCommit = true
+	p.loop = eos.New(lc, (*pipeline)(p))
 	return p, nil
 }
 

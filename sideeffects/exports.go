@@ -46,3 +46,8 @@ type Hooks = eos.Hooks
 
 // LoopStats are the transaction loop's counters embedded in WorkerStats.
 type LoopStats = eos.Stats
+
+// Session is the part of WorkerConfig the executor shares with the
+// processor (processor.Session is the same type): who the worker is in
+// Kafka, its local store and the transaction loop's bounds.
+type Session = eos.Session

@@ -119,10 +119,15 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 			t.Fatal(err)
 		}
 		w, err := sideeffects.NewWorker(sideeffects.WorkerConfig{
-			Name: "fx", InstanceID: id, Brokers: brokers, EffectsTopic: topic, DeadLetterTopic: "fx.dlq", Store: st,
-			Effects: effects(id), Workers: 8, Partitions: 2,
-			TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
-			Logger: slog.New(logs).With("instance", id), OnChange: onChange,
+			Session: sideeffects.Session{
+				Name: "fx", InstanceID: id, Brokers: brokers, DeadLetterTopic: "fx.dlq", Store: st,
+				Partitions: 2, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
+				Logger: slog.New(logs).With("instance", id),
+			},
+			EffectsTopic: topic,
+			Effects:      effects(id), Workers: 8,
+
+			OnChange: onChange,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -19,28 +18,20 @@ var ErrRevoked = errors.New("sideeffects: partition revoked")
 
 // WorkerConfig configures the executor worker.
 type WorkerConfig struct {
-	Name, InstanceID string
-	Brokers          []string
-	ClientOpts       []kgo.Opt
-	EffectsTopic     string
-	DeadLetterTopic  string
-	Store            *StateStore
-	Effects          map[string]Effect
+	// Session is what the executor shares with the processor: Name (the
+	// executor's group is Name-executor), InstanceID, Brokers, ClientOpts,
+	// DeadLetterTopic, Partitions, Store, MaxRecordsPerTxn (default 1000),
+	// MaxRecordBytes (kafka.maxRecordBytes: the producer's batch limit and
+	// created topics' max.message.bytes are raised above it; 0: the
+	// client's defaults), TransactionTimeout (default 40s), SessionTimeout
+	// (default 45s), Logger, Now and Hooks.
+	Session
+	EffectsTopic string
+	Effects      map[string]Effect
 	// Workers bounds concurrent calls per owned partition.
-	Workers          int
-	MaxRecordsPerTxn int
-	// MaxRecordBytes is kafka.maxRecordBytes: the producer's batch limit
-	// and created topics' max.message.bytes are raised above it (0: the
-	// client's defaults).
-	MaxRecordBytes     int
-	TransactionTimeout time.Duration
-	SessionTimeout     time.Duration
-	Partitions         int32
-	Logger             *slog.Logger
-	Now                func() time.Time
+	Workers int
 	// OnChange is called after every committed ledger transition.
 	OnChange func(Entry)
-	Hooks    *Hooks
 }
 
 // Group is the executor's consumer group.
@@ -89,36 +80,19 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Name == "" || cfg.InstanceID == "" || len(cfg.Brokers) == 0 || cfg.EffectsTopic == "" || cfg.Store == nil {
 		return nil, errors.New("sideeffects: worker needs Name, InstanceID, Brokers, EffectsTopic and Store")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.MaxRecordsPerTxn <= 0 {
 		cfg.MaxRecordsPerTxn = 1000
 	}
-	if cfg.TransactionTimeout <= 0 {
-		cfg.TransactionTimeout = 40 * time.Second
-	}
-	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = 45 * time.Second
-	}
+	cfg.DefaultTimeouts()
 	w := &Worker{cfg: cfg, tasks: map[*eos.Task]*workerTask{}, stats: &WorkerStats{LoopStats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
 	w.calls = NewCalls()
-	w.loop = eos.New(eos.Config{
-		Group: cfg.Group(), TransactionalID: cfg.Group() + "-" + cfg.InstanceID, InstanceID: cfg.InstanceID,
-		Brokers: cfg.Brokers, ClientOpts: cfg.ClientOpts,
-		// The effects topic is projector's own: whoever starts first
-		// creates it.
-		CreateInputs:    true,
-		Inputs:          []string{cfg.EffectsTopic},
-		ChangelogOf:     func(in string) string { return ChangelogTopic(cfg.Name, in) },
-		DeadLetterTopic: cfg.DeadLetterTopic, Partitions: cfg.Partitions,
-		Store: cfg.Store, MaxRecordsPerTxn: cfg.MaxRecordsPerTxn, MaxRecordBytes: cfg.MaxRecordBytes,
-		TransactionTimeout: cfg.TransactionTimeout, SessionTimeout: cfg.SessionTimeout,
-		Logger: cfg.Logger, Now: cfg.Now, Hooks: cfg.Hooks, Stats: w.stats.LoopStats,
-	}, (*workerHandler)(w))
+	lc := cfg.LoopConfig(cfg.Group())
+	// The effects topic is projector's own: whoever starts first creates it.
+	lc.CreateInputs = true
+	lc.Inputs = []string{cfg.EffectsTopic}
+	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Name, in) }
+	lc.Stats = w.stats.LoopStats
+	w.loop = eos.New(lc, (*workerHandler)(w))
 	return w, nil
 }
 

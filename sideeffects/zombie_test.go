@@ -376,14 +376,19 @@ func startFxWorker(t *testing.T, o fxOpts) *fxWorker {
 	}
 	fw := &fxWorker{id: o.id, st: st, done: make(chan error, 1)}
 	fw.w, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
-		Name: fxName, InstanceID: o.id, Brokers: o.brokers, ClientOpts: o.clientOpts,
-		EffectsTopic: fxEffects, DeadLetterTopic: fxName + ".deadletter", Store: st, Partitions: 2,
+		Session: sideeffects.Session{
+			Name: fxName, InstanceID: o.id, Brokers: o.brokers, ClientOpts: o.clientOpts,
+			DeadLetterTopic: fxName + ".deadletter", Store: st, Partitions: 2,
+			TransactionTimeout: o.transactionTimeout, SessionTimeout: o.sessionTimeout,
+			Logger: fxLogger().With("instance", o.id),
+		},
+		EffectsTopic: fxEffects,
 		Effects: map[string]sideeffects.Effect{fxEffect: {
 			Executor:    &sideeffects.Webhook{URL: o.url, Timeout: o.webhookTimeout},
 			MaxAttempts: 20, OnUnknown: config.OnUnknownRetry,
 		}},
-		Workers: o.workers, TransactionTimeout: o.transactionTimeout, SessionTimeout: o.sessionTimeout,
-		Logger: fxLogger().With("instance", o.id),
+		Workers: o.workers,
+
 		OnChange: func(e sideeffects.Entry) {
 			fw.mu.Lock()
 			fw.changes = append(fw.changes, fxChange{at: time.Now(), entry: e})

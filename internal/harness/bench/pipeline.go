@@ -28,16 +28,19 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	}
 	defer st.Close()
 	p, err := processor.New(processor.Config{
-		Name: name, InstanceID: "bench", Brokers: brokers,
-		Inputs: []string{input}, DeadLetterTopic: name + ".dlq", EffectsTopic: name + ".effects",
-		Partitions: int32(o.Partitions),
+		Session: processor.Session{
+			Name: name, InstanceID: "bench", Brokers: brokers, DeadLetterTopic: name + ".dlq",
+			Partitions: int32(o.Partitions), Store: st, MaxRecordsPerTxn: o.Batch, Logger: o.Logger,
+			ClientOpts: []kgo.Opt{kgo.WithHooks(written)},
+		},
+		Inputs: []string{input}, EffectsTopic: name + ".effects",
+
 		Projections: []*projection.Projection{{
 			Name: "case-overview", Topic: name + ".case-overview", Handler: Rules(), Versioned: true,
 			AggregateTypes: []string{"RegulatoryCase"},
 		}},
-		Store: st, Dedup: dedup.NewStore(168 * time.Hour),
-		MaxRecordsPerTxn: o.Batch, Mode: processor.Live, Logger: o.Logger,
-		ClientOpts: []kgo.Opt{kgo.WithHooks(written)},
+		Dedup: dedup.NewStore(168 * time.Hour),
+		Mode:  processor.Live,
 	})
 	if err != nil {
 		return ph, nil, err

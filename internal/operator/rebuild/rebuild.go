@@ -358,14 +358,20 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 		startOffset = kgo.NewOffset().AfterMilli(o.From.UnixMilli())
 	}
 	pcfg := processor.Config{
-		Name: cfg.Name, Group: group, InstanceID: cfg.Kafka.InstanceID, Brokers: brokers, ClientOpts: copts,
-		Inputs: cfg.Kafka.Input, DeadLetterTopic: o.DeadLetterTopic,
-		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
-		Projections: []*projection.Projection{proj}, Store: store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
+		Session: processor.Session{
+			Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: brokers, ClientOpts: copts,
+			DeadLetterTopic: o.DeadLetterTopic, Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions),
+			Store: store, MaxRecordsPerTxn: cfg.Kafka.MaxRecordsPerTransaction,
+			TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(),
+			SessionTimeout:     cfg.Kafka.SessionTimeout.Std(), Logger: o.Logger, Hooks: o.Hooks,
+		},
+		Group:         group,
+		Inputs:        cfg.Kafka.Input,
+		WaitForInputs: !cfg.Kafka.Embedded,
+		Projections:   []*projection.Projection{proj}, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
-		MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
-		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
-		Mode: processor.Rebuild, StartOffset: &startOffset, Logger: o.Logger, Hooks: o.Hooks,
+
+		Mode: processor.Rebuild, StartOffset: &startOffset,
 	}
 	if len(cfg.SideEffects) > 0 {
 		// The rules run so that what live would have emitted is counted as

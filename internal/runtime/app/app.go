@@ -32,6 +32,7 @@ import (
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/httpserver"
 	"github.com/projector-dev/projector/internal/runtime/ingress"
 	"github.com/projector-dev/projector/internal/runtime/metrics"
@@ -301,15 +302,14 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 		return &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
 	pc := processor.Config{
-		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
-		Inputs: cfg.Kafka.Input, DeadLetterTopic: cfg.Kafka.DeadLetterTopic, EffectsTopic: cfg.Kafka.EffectsTopic,
-		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), WaitForInputs: !cfg.Kafka.Embedded,
-		Projections: projs, Store: a.Store, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
+		Session: a.session(cfg, copts, a.Store, a.Logger, o.Hooks),
+		Inputs:  cfg.Kafka.Input, EffectsTopic: cfg.Kafka.EffectsTopic,
+		WaitForInputs: !cfg.Kafka.Embedded,
+		Projections:   projs, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
-		MaxRecordsPerTxn: cfg.Kafka.MaxRecordsPerTransaction, MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
-		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
-		Mode: o.Mode, Logger: a.Logger, Hooks: o.Hooks,
+		Mode: o.Mode,
 	}
+	pc.MaxRecordsPerTxn = cfg.Kafka.MaxRecordsPerTransaction
 	if cfg.Ingress != nil {
 		pc.ReceiptsTopic = cfg.Ingress.ReceiptsTopic
 	}
@@ -324,18 +324,36 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 	return err
 }
 
+// session is the part of the processor's and the executor's configuration
+// they share (processor.Session, sideeffects.Session: one type): the same
+// name, instance, brokers, client options, dead-letter topic and Kafka
+// bounds, each with its own store, logger and test hooks. The executor
+// keeps its own records-per-transaction default (kafka.maxRecordsPerTransaction
+// bounds the processor's transactions).
+func (a *App) session(cfg *config.Config, copts []kgo.Opt, store *state.Store, logger *slog.Logger, hooks *eos.Hooks) eos.Session {
+	return eos.Session{
+		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
+		DeadLetterTopic:    cfg.Kafka.DeadLetterTopic,
+		Partitions:         int32(cfg.Kafka.EmbeddedBroker.Partitions),
+		Store:              store,
+		MaxRecordBytes:     int(cfg.Kafka.MaxRecordBytes),
+		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(),
+		SessionTimeout:     cfg.Kafka.SessionTimeout.Std(),
+		Logger:             logger,
+		Hooks:              hooks,
+	}
+}
+
 func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error {
 	var err error
 	if a.ExecutorStore, err = openStore(ExecutorDir(cfg), state.Options{CacheBytes: int64(cfg.State.CacheSize)}); err != nil {
 		return err
 	}
 	a.Executor, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
-		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
-		EffectsTopic: cfg.Kafka.EffectsTopic, DeadLetterTopic: cfg.Kafka.DeadLetterTopic,
-		Store: a.ExecutorStore, Effects: sideeffects.EffectsFromConfig(cfg.SideEffects), MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
-		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(), SessionTimeout: cfg.Kafka.SessionTimeout.Std(),
-		Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions), Logger: a.Logger.With("component", "executor"),
-		Hooks: o.ExecutorHooks,
+		Session: a.session(cfg, copts, a.ExecutorStore, a.Logger.With("component", "executor"), o.ExecutorHooks),
+
+		EffectsTopic: cfg.Kafka.EffectsTopic,
+		Effects:      sideeffects.EffectsFromConfig(cfg.SideEffects),
 	})
 	return err
 }
