@@ -152,26 +152,41 @@ func ClientOpts(k *config.Kafka) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// derived is what New builds from the configuration before it starts
+// anything: the parts a bad configuration fails in, each error a
+// *config.Error naming the key.
+type derived struct {
+	projections []*projection.Projection
+	clientOpts  []kgo.Opt
+	policy      projection.Policy
+	rules       *sideeffects.Rules // nil without sideEffects
+}
+
+func derive(cfg *config.Config) (d derived, err error) {
+	if d.projections, err = Projections(cfg); err != nil {
+		return d, err
+	}
+	if d.clientOpts, err = ClientOpts(&cfg.Kafka); err != nil {
+		return d, err
+	}
+	if d.policy, err = projection.ParsePolicy(cfg.Gaps.OnTimeout); err != nil {
+		return d, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
+	}
+	if len(cfg.SideEffects) > 0 {
+		if d.rules, err = sideeffects.NewRules(cfg.SideEffects); err != nil {
+			return d, &config.Error{Key: "sideEffects", Msg: err.Error()}
+		}
+	}
+	return d, nil
+}
+
 // Check builds everything New derives from the configuration (projection
 // rules, gap policy, side-effect rules, TLS and SASL client options) without
 // starting anything or connecting to a broker: `projector run --check`.
 // Errors are *config.Error naming the key.
 func Check(cfg *config.Config) error {
-	if _, err := Projections(cfg); err != nil {
-		return err
-	}
-	if _, err := ClientOpts(&cfg.Kafka); err != nil {
-		return err
-	}
-	if _, err := projection.ParsePolicy(cfg.Gaps.OnTimeout); err != nil {
-		return &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
-	}
-	if len(cfg.SideEffects) > 0 {
-		if _, err := sideeffects.NewRules(cfg.SideEffects); err != nil {
-			return &config.Error{Key: "sideEffects", Msg: err.Error()}
-		}
-	}
-	return nil
+	_, err := derive(cfg)
+	return err
 }
 
 // New starts the embedded broker if configured, opens the state store and
@@ -187,14 +202,11 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 			a.Close()
 		}
 	}()
-	projs, err := Projections(cfg)
+	d, err := derive(cfg)
 	if err != nil {
 		return nil, err
 	}
-	copts, err := ClientOpts(&cfg.Kafka)
-	if err != nil {
-		return nil, err
-	}
+	copts := d.clientOpts
 	a.sasl = &SASLWatch{}
 	copts = append(copts, kgo.WithHooks(a.sasl))
 	a.Registry = prometheus.NewRegistry()
@@ -217,7 +229,7 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 		o.Role = RoleAll
 	}
 	if o.Role != RoleExecutor {
-		if err := a.newProcessor(cfg, o, projs, copts); err != nil {
+		if err := a.newProcessor(cfg, o, d, copts); err != nil {
 			return nil, err
 		}
 	}
@@ -292,33 +304,25 @@ func (a *App) Ready() (bool, string) {
 	return len(why) == 0, strings.Join(why, "; ")
 }
 
-func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Projection, copts []kgo.Opt) error {
+func (a *App) newProcessor(cfg *config.Config, o Options, d derived, copts []kgo.Opt) error {
 	var err error
 	if a.Store, err = openStore(ProcessorDir(cfg), processor.StoreOptions(int64(cfg.State.CacheSize))); err != nil {
 		return err
-	}
-	policy, err := projection.ParsePolicy(cfg.Gaps.OnTimeout)
-	if err != nil {
-		return &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
 	pc := processor.Config{
 		Session: a.session(cfg, copts, a.Store, a.Logger, o.Hooks),
 		Inputs:  cfg.Kafka.Input, EffectsTopic: cfg.Kafka.EffectsTopic,
 		WaitForInputs: !cfg.Kafka.Embedded,
-		Projections:   projs, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
-		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
+		Projections:   d.projections, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
+		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: d.policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
 		Mode: o.Mode,
 	}
 	pc.MaxRecordsPerTxn = cfg.Kafka.MaxRecordsPerTransaction
 	if cfg.Ingress != nil {
 		pc.ReceiptsTopic = cfg.Ingress.ReceiptsTopic
 	}
-	if len(cfg.SideEffects) > 0 {
-		rules, err := sideeffects.NewRules(cfg.SideEffects)
-		if err != nil {
-			return &config.Error{Key: "sideEffects", Msg: err.Error()}
-		}
-		pc.EffectRules = rules
+	if d.rules != nil {
+		pc.EffectRules = d.rules
 	}
 	a.Processor, err = processor.New(pc)
 	return err
