@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/operator/topicread"
 	"github.com/projector-dev/projector/internal/runtime/receipt"
 )
 
@@ -118,10 +118,10 @@ func (v *view) setErr(err error) {
 // offsets until it succeeds (the topic may be created by a processor that
 // starts later); read errors are retried by the client.
 func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
-	var ends map[int32]int64
+	var ends *topicread.Ends
 	for {
 		var err error
-		ends, err = endOffsets(ctx, opts, topic)
+		ends, err = stableEnds(ctx, opts, topic)
 		if err == nil {
 			break
 		}
@@ -132,18 +132,14 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Control records are kept (not passed on) so that a partition
-		// whose last record is a commit marker is seen to be read to its end.
-		kgo.KeepControlRecords(),
+	cl, err := kgo.NewClient(append(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(200*time.Millisecond))...)
+		kgo.FetchMaxWait(200*time.Millisecond)), topicread.ClientOpts(topicread.Options{})...)...)
 	if err != nil {
 		return fmt.Errorf("ingress: receipts reader: %w", err)
 	}
 	defer cl.Close()
-	if len(ends) == 0 {
+	if ends.Left() == 0 {
 		v.setCaughtUp()
 	}
 	for {
@@ -157,12 +153,9 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 			}
 		}
 		var rs []keyed
-		reached := false
+		left := ends.Left()
 		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := ends[r.Partition]; ok && r.Offset+1 >= end {
-				delete(ends, r.Partition)
-				reached = len(ends) == 0
-			}
+			ends.See(r)
 			if r.Attrs.IsControl() || r.Value == nil {
 				return
 			}
@@ -176,38 +169,23 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 			rs = append(rs, keyed{receipt.Key(rc.TenantID, rc.Key, rc.Index), bytes.Clone(r.Value)})
 		})
 		v.add(rs)
-		if reached { // only once this fetch's receipts are in the view
+		if left > 0 && ends.Left() == 0 { // only once this fetch's receipts are in the view
 			v.setCaughtUp()
 		}
 	}
 }
 
-// endOffsets lists the last stable offsets of topic's partitions that have
-// records (read_committed: what a reader can reach).
-func endOffsets(ctx context.Context, opts []kgo.Opt, topic string) (map[int32]int64, error) {
-	cl, err := kgo.NewClient(opts...)
+// stableEnds follows the read of topic toward the last stable offsets of its
+// partitions as listed now (read_committed: what a reader can reach).
+func stableEnds(ctx context.Context, opts []kgo.Opt, topic string) (*topicread.Ends, error) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ranges, missing, err := topicread.StableEnds(lctx, opts, topic)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	listed, err := kadm.NewClient(cl).ListCommittedOffsets(lctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	if _, ok := listed[topic]; !ok {
+	if len(missing) > 0 {
 		return nil, fmt.Errorf("topic %s does not exist yet", topic)
 	}
-	out := map[int32]int64{}
-	var errs []error
-	listed.Each(func(o kadm.ListedOffset) {
-		switch {
-		case o.Err != nil:
-			errs = append(errs, fmt.Errorf("end offset of %s/%d: %w", topic, o.Partition, o.Err))
-		case o.Offset > 0:
-			out[o.Partition] = o.Offset
-		}
-	})
-	return out, errors.Join(errs...)
+	return topicread.NewEnds(ranges), nil
 }
