@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -156,22 +155,4 @@ func (c *commonFlags) load() (*config.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// parse parses a command's flags; --help prints usage and the example.
-func parse(fs *pflag.FlagSet, args []string, stdout io.Writer, example string) error {
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	if errors.Is(err, pflag.ErrHelp) {
-		fmt.Fprintf(stdout, "Usage of projector %s:\n%s\nExample:\n%s\n", fs.Name(), fs.FlagUsages(), example)
-		return err
-	}
-	if err != nil {
-		return usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), strings.Join(fs.Args(), " "))}
-	}
-	return nil
 }
