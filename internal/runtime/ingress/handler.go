@@ -405,16 +405,22 @@ func receiptPath(key, tenant string) string {
 	return p
 }
 
-// eventBody is one event's committed outcome in a response.
+// eventBody is one event's committed outcome in a response: its receipt
+// without the receipt's Origin, which the response states once
+// (idempotencyKey, tenantId). The always-nil fields of noOrigin hide
+// Origin's: encoding/json takes the shallower of two fields of one name, and
+// omits them.
 type eventBody struct {
-	EventID     string            `json:"eventId"`
-	Outcome     string            `json:"outcome"`
-	Projections map[string]string `json:"projections,omitempty"`
-	Reason      string            `json:"reason,omitempty"`
-	Topic       string            `json:"topic"`
-	Partition   int32             `json:"partition"`
-	Offset      int64             `json:"offset"`
-	Fingerprint string            `json:"fingerprint"`
+	*receipt.Receipt
+	noOrigin
+}
+
+type noOrigin struct {
+	TenantID *struct{} `json:"tenantId,omitempty"`
+	Key      *struct{} `json:"key,omitempty"`
+	Index    *struct{} `json:"index,omitempty"`
+	Count    *struct{} `json:"count,omitempty"`
+	Batch    *struct{} `json:"batch,omitempty"`
 }
 
 // responseBody is a 200/201 body: one event's fields inline, or events.
@@ -425,12 +431,6 @@ type responseBody struct {
 	Events []eventBody `json:"events,omitempty"`
 }
 
-// bodyOf is a receipt as a response shows it.
-func bodyOf(rc *receipt.Receipt) eventBody {
-	return eventBody{EventID: rc.EventID, Outcome: rc.Outcome, Projections: rc.Projections, Reason: rc.Reason,
-		Topic: rc.Topic, Partition: rc.Partition, Offset: rc.Offset, Fingerprint: rc.Fingerprint}
-}
-
 // responseFor is the body of the receipts rs of one request: a function of
 // the committed receipts alone, so that every instance, every time, gives
 // the same bytes.
@@ -438,11 +438,10 @@ func responseFor(key, tenant string, batch bool, rs []*receipt.Receipt) []byte {
 	b := responseBody{IdempotencyKey: key, TenantID: tenant}
 	if batch {
 		for _, rc := range rs {
-			b.Events = append(b.Events, bodyOf(rc))
+			b.Events = append(b.Events, eventBody{Receipt: rc})
 		}
 	} else {
-		eb := bodyOf(rs[0])
-		b.eventBody = &eb
+		b.eventBody = &eventBody{Receipt: rs[0]}
 	}
 	out, _ := json.Marshal(b) // strings, ints and string maps: cannot fail
 	return append(out, '\n')
