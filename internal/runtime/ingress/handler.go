@@ -301,7 +301,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 func (s *Server) lookup(req *request, have []*receipt.Receipt, idx []int) []int {
 	left := idx[:0]
 	for _, i := range idx {
-		have[i], _ = s.view.get(receipt.Key(req.tenant, req.key, i))
+		have[i] = s.view.get(receipt.Key(req.tenant, req.key, i))
 		if have[i] == nil {
 			left = append(left, i)
 		}

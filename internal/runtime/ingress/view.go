@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -27,42 +28,51 @@ import (
 type view struct {
 	log *slog.Logger
 
+	// changed is closed and replaced (under mu) whenever the view
+	// changes; read without mu by watch.
+	changed atomic.Pointer[chan struct{}]
+
 	mu sync.Mutex
 	// byKey holds each receipt's encoded value (about 300 bytes), not the
 	// decoded struct (about 750 bytes in memory): every ingested event has
 	// one for ever, and a lookup decodes just the few it needs.
 	byKey    map[string][]byte
-	changed  chan struct{} // closed and replaced whenever receipts arrive
 	caughtUp bool
 	err      error // why the view is not caught up, when it failed
 }
 
 func newView(log *slog.Logger) *view {
-	return &view{log: log, byKey: map[string][]byte{}, changed: make(chan struct{})}
+	v := &view{log: log, byKey: map[string][]byte{}}
+	ch := make(chan struct{})
+	v.changed.Store(&ch)
+	return v
 }
 
-// get returns the receipt of key and a channel closed when the view next
-// changes (so a waiter can look again).
-func (v *view) get(key string) (*receipt.Receipt, <-chan struct{}) {
+// get returns the receipt of key, nil if the view has none.
+func (v *view) get(key string) *receipt.Receipt {
 	v.mu.Lock()
-	val, changed := v.byKey[key], v.changed
+	val := v.byKey[key]
 	v.mu.Unlock()
 	if val == nil {
-		return nil, changed
+		return nil
 	}
 	r, err := receipt.Decode(val) // decoded once before in add: cannot fail
 	if err != nil {
 		v.log.Error("receipts: a stored receipt no longer decodes", "err", err)
-		return nil, changed
+		return nil
 	}
-	return r, changed
+	return r
 }
 
-// watch returns a channel closed when the view next changes.
-func (v *view) watch() <-chan struct{} {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.changed
+// watch returns a channel closed when the view next changes (so a waiter
+// that looks after taking it can look again).
+func (v *view) watch() <-chan struct{} { return *v.changed.Load() }
+
+// notify wakes the watchers; v.mu is held.
+func (v *view) notify() {
+	close(*v.changed.Load())
+	ch := make(chan struct{})
+	v.changed.Store(&ch)
 }
 
 // ready reports whether the view is caught up, and why not.
@@ -96,15 +106,13 @@ func (v *view) add(rs []keyed) {
 			v.byKey[r.key] = r.value
 		}
 	}
-	close(v.changed)
-	v.changed = make(chan struct{})
+	v.notify()
 }
 
 func (v *view) setCaughtUp() {
 	v.mu.Lock()
 	v.caughtUp, v.err = true, nil
-	close(v.changed)
-	v.changed = make(chan struct{})
+	v.notify()
 	v.mu.Unlock()
 }
 
