@@ -144,15 +144,16 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 		return nil, fail(400, "body", "reading the body: %v", err)
 	}
 	data = bytes.TrimSpace(data)
-	if !json.Valid(data) {
-		return nil, fail(400, "body", "the body is not JSON")
-	}
-	if len(data) == 0 || data[0] != '{' {
-		return nil, fail(422, "body", `the body must be a JSON object: an event envelope or {"events":[…]}`)
-	}
+	// One parse of the body: it checks the syntax too (a syntax error is
+	// "not JSON"; a type error, or null, is JSON that is not an object).
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fail(400, "body", "the body is not a JSON object: %v", err)
+	err = json.Unmarshal(data, &top)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return nil, fail(400, "body", "the body is not JSON")
+	case err != nil || top == nil:
+		return nil, fail(422, "body", `the body must be a JSON object: an event envelope or {"events":[…]}`)
 	}
 	req := &request{key: key, tenant: tenant}
 	elems := []json.RawMessage{data}
@@ -166,11 +167,11 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 		}
 	}
 	for i, el := range elems {
-		prefix := ""
+		prefix, members := "", top // a single event's members are the body's
 		if req.batch {
-			prefix = "events[" + strconv.Itoa(i) + "]."
+			prefix, members = "events["+strconv.Itoa(i)+"].", nil
 		}
-		it, f := s.parseEvent(req, hasTenant, i, prefix, bytes.TrimSpace(el))
+		it, f := s.parseEvent(req, hasTenant, i, prefix, bytes.TrimSpace(el), members)
 		if f != nil {
 			return nil, f
 		}
@@ -180,10 +181,9 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 }
 
 // parseEvent validates one envelope and gives it its derived event id (and
-// the header's tenant).
-func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, el []byte) (item, *failure) {
-	var m map[string]json.RawMessage
-	if len(el) == 0 || el[0] != '{' || json.Unmarshal(el, &m) != nil {
+// the header's tenant). m is el's members when they are parsed already.
+func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, el []byte, m map[string]json.RawMessage) (item, *failure) {
+	if m == nil && (len(el) == 0 || el[0] != '{' || json.Unmarshal(el, &m) != nil) {
 		return item{}, fail(422, prefix+"value", "an event envelope must be a JSON object")
 	}
 	var bodyTenant string
