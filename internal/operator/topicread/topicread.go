@@ -97,8 +97,8 @@ func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32
 	if left == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append(append(append([]kgo.Opt(nil), opts...),
-		kgo.ConsumePartitions(offsets)), ClientOpts(o)...)...)
+	copts := append(append([]kgo.Opt(nil), opts...), ClientOpts(o)...)
+	cl, err := kgo.NewClient(append(copts, kgo.ConsumePartitions(offsets))...)
 	if err != nil {
 		return err
 	}

@@ -140,9 +140,10 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	cl, err := kgo.NewClient(append(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
+	copts := append(append([]kgo.Opt(nil), opts...), topicread.ClientOpts(topicread.Options{})...)
+	cl, err := kgo.NewClient(append(copts, kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(200*time.Millisecond)), topicread.ClientOpts(topicread.Options{})...)...)
+		kgo.FetchMaxWait(200*time.Millisecond))...)
 	if err != nil {
 		return fmt.Errorf("ingress: receipts reader: %w", err)
 	}
