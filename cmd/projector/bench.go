@@ -6,10 +6,14 @@ import (
 	"io"
 	"strings"
 
-	"github.com/spf13/pflag"
-
 	"github.com/projector-dev/projector/internal/harness/bench"
 )
+
+const benchExample = `  projector bench
+  projector bench ingress   (the HTTP ingress: see projector bench ingress --help)
+  projector bench --runs 3
+  projector bench --runs 3 --floor-records 2
+  projector bench --events 20000 --aggregates 2000 --batch 1000`
 
 // runBench is `projector bench`: the transport floor and the full pipeline on
 // the same generated events, on one broker, in one process.
@@ -17,29 +21,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "ingress" {
 		return runBenchIngress(ctx, args[1:], stdout, stderr)
 	}
-	d := bench.Defaults()
-	o := d
-	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
-	fs.IntVar(&o.Events, "events", d.Events, "unique valid events to generate")
-	fs.IntVar(&o.Aggregates, "aggregates", d.Aggregates, "aggregates the events are spread over")
-	fs.Float64Var(&o.Duplicates, "duplicates", d.Duplicates, "re-delivered copies, as a share of --events")
-	fs.Float64Var(&o.Reorder, "reorder", d.Reorder, "events swapped with their next version, as a share of --events")
-	fs.Float64Var(&o.LateGaps, "late-gaps", d.LateGaps, "events moved ~2000 records later (gaps filled late), as a share of --events")
-	fs.Float64Var(&o.Stale, "stale", d.Stale, "stale writers (new id, old version), as a share of --events")
-	fs.Float64Var(&o.Conflicts, "conflicts", d.Conflicts, "reused event ids with another payload, as a share of --events")
-	fs.Float64Var(&o.Invalid, "invalid", d.Invalid, "malformed records, as a share of --events")
-	fs.Uint64Var(&o.Seed, "seed", d.Seed, "workload seed")
-	fs.IntVar(&o.Partitions, "partitions", d.Partitions, "input topic partitions")
-	fs.IntVar(&o.Batch, "batch", d.Batch, "max records per transaction (both phases)")
-	fs.IntVar(&o.Runs, "runs", d.Runs, "repetitions of floor + pipeline; the median ratio is reported")
-	fs.IntVar(&o.FloorRecords, "floor-records", d.FloorRecords, "with N > 1, each run also times a floor that writes N copies of every input record (the transport the pipeline's own output needs); the ratio stays against the one-record floor")
-	fs.IntVar(&o.Chunk, "chunk", d.Chunk, "events generated at a time: larger workloads are generated in chunks of disjoint aggregates to bound memory")
+	o := bench.Defaults()
+	fs := newFlags("bench", benchExample).withLogLevel("warn", "processor")
+	fs.IntVar(&o.Events, "events", o.Events, "unique valid events to generate")
+	fs.IntVar(&o.Aggregates, "aggregates", o.Aggregates, "aggregates the events are spread over")
+	fs.Float64Var(&o.Duplicates, "duplicates", o.Duplicates, "re-delivered copies, as a share of --events")
+	fs.Float64Var(&o.Reorder, "reorder", o.Reorder, "events swapped with their next version, as a share of --events")
+	fs.Float64Var(&o.LateGaps, "late-gaps", o.LateGaps, "events moved ~2000 records later (gaps filled late), as a share of --events")
+	fs.Float64Var(&o.Stale, "stale", o.Stale, "stale writers (new id, old version), as a share of --events")
+	fs.Float64Var(&o.Conflicts, "conflicts", o.Conflicts, "reused event ids with another payload, as a share of --events")
+	fs.Float64Var(&o.Invalid, "invalid", o.Invalid, "malformed records, as a share of --events")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "input topic partitions")
+	fs.IntVar(&o.Batch, "batch", o.Batch, "max records per transaction (both phases)")
+	fs.IntVar(&o.Runs, "runs", o.Runs, "repetitions of floor + pipeline; the median ratio is reported")
+	fs.IntVar(&o.FloorRecords, "floor-records", o.FloorRecords, "with N > 1, each run also times a floor that writes N copies of every input record (the transport the pipeline's own output needs); the ratio stays against the one-record floor")
+	fs.IntVar(&o.Chunk, "chunk", o.Chunk, "events generated at a time: larger workloads are generated in chunks of disjoint aggregates to bound memory")
 	brokers := fs.String("brokers", "", "comma-separated brokers of an external cluster (default: the embedded broker in this process)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the embedded broker's log and the state stores (default: a temporary one, removed at the end)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first run's pipeline phase to this file")
-	logLevel := fs.String("log-level", "warn", "log level of the processor: debug, info, warn, error")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := parse(fs, args, stdout, "  projector bench\n  projector bench ingress   (the HTTP ingress: see projector bench ingress --help)\n  projector bench --runs 3\n  projector bench --runs 3 --floor-records 2\n  projector bench --events 20000 --aggregates 2000 --batch 1000"); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	if *brokers != "" {
@@ -55,8 +57,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := o.Validate(); err != nil {
 		return usageError{"bench: " + err.Error()}
 	}
-	cf := commonFlags{logLevel: *logLevel, logFormat: "text"}
-	log, err := cf.logger(stderr)
+	log, err := fs.common.logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // positive checks that the named int flags are > 0.
-func positive(fs *pflag.FlagSet, names ...string) error {
+func positive(fs *cmdFlags, names ...string) error {
 	for _, n := range names {
 		v, err := fs.GetInt(n)
 		if err != nil {
@@ -89,16 +90,14 @@ func positive(fs *pflag.FlagSet, names ...string) error {
 // runBenchIngress is `projector bench ingress`: the HTTP ingress's
 // throughput and latency at several numbers of concurrent clients.
 func runBenchIngress(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	d := bench.DefaultIngressOptions()
-	o := d
-	fs := pflag.NewFlagSet("bench ingress", pflag.ContinueOnError)
-	fs.IntSliceVar(&o.Clients, "clients", d.Clients, "concurrent clients, one level after another")
-	fs.IntVar(&o.Requests, "requests", d.Requests, "requests per run and level (each a new key)")
-	fs.IntVar(&o.Runs, "runs", d.Runs, "runs per level; the medians are reported")
-	fs.IntVar(&o.Partitions, "partitions", d.Partitions, "input topic partitions")
+	o := bench.DefaultIngressOptions()
+	fs := newFlags("bench ingress", "  projector bench ingress\n  projector bench ingress --clients 1,16,64 --requests 2000 --runs 3").withLogLevel("warn", "worker")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the embedded broker's log and the state (default: a temporary one, removed at the end)")
-	logLevel := fs.String("log-level", "warn", "log level of the worker: debug, info, warn, error")
-	if err := parse(fs, args, stdout, "  projector bench ingress\n  projector bench ingress --clients 1,16,64 --requests 2000 --runs 3"); err != nil {
+	fs.IntSliceVar(&o.Clients, "clients", o.Clients, "concurrent clients, one level after another")
+	fs.IntVar(&o.Requests, "requests", o.Requests, "requests per run and level (each a new key)")
+	fs.IntVar(&o.Runs, "runs", o.Runs, "runs per level; the medians are reported")
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "input topic partitions")
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	if err := positive(fs, "requests", "runs", "partitions"); err != nil {
@@ -112,8 +111,7 @@ func runBenchIngress(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(o.Clients) == 0 {
 		return usageError{"bench ingress: --clients needs at least one level"}
 	}
-	cf := commonFlags{logLevel: *logLevel, logFormat: "text"}
-	log, err := cf.logger(stderr)
+	log, err := fs.common.logger(stderr)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/spf13/pflag"
-
 	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
@@ -20,12 +18,12 @@ import (
 // Once listening it prints one line to stdout, "listening on HOST:PORT", so
 // that a parent process can wait for it.
 func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("broker", pflag.ContinueOnError)
+	fs := newFlags("broker", "  projector broker --dir ./data/broker --listen 127.0.0.1:9092 --partitions 4")
 	dir := fs.String("dir", "", "directory persisting the broker's log (required: the broker survives restarts)")
 	listen := fs.String("listen", "127.0.0.1:9092", "host:port to listen on (port 0 picks a free port)")
 	partitions := fs.Int("partitions", 4, "partitions of auto-created topics")
 	syncWrites := fs.Bool("sync", false, "fsync every produced batch (slower; survives power loss, not only process death)")
-	if err := parse(fs, args, stdout, "  projector broker --dir ./data/broker --listen 127.0.0.1:9092 --partitions 4"); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	if *dir == "" {

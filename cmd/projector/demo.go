@@ -15,7 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/configs"
@@ -29,15 +28,13 @@ import (
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
+	fs := newFlags("demo", "  projector demo\n  projector demo --bulk 100000 --log-level info").withLogLevel("warn", "worker")
 	bulk := fs.Int("bulk", 20000, "events in the generated bulk phase (0 skips it)")
 	keep := fs.String("dir", "", "keep the broker and state in this directory (default: a temporary one, removed at the end)")
-	logLevel := fs.String("log-level", "warn", "log level of the worker: debug, info, warn, error")
-	if err := parse(fs, args, stdout, "  projector demo\n  projector demo --bulk 100000 --log-level info"); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
-	cf := commonFlags{logLevel: *logLevel, logFormat: "text"}
-	log, err := cf.logger(stderr)
+	log, err := fs.common.logger(stderr)
 	if err != nil {
 		return err
 	}

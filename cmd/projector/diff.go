@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/operator/rebuild"
@@ -31,12 +30,11 @@ var errTopicsDiffer = errors.New("diff: the topics differ")
 
 // runDiff is `projector diff`: compare two projection topics key by key.
 func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("diff", pflag.ContinueOnError)
-	cf.register(fs, false)
+	fs := newFlags("diff", diffExample).withConfig(false)
+	cf := &fs.common
 	topics := fs.StringArray("topic", nil, "a projection topic; give it twice: --topic A --topic B")
 	maxKeys := fs.Int("max", rebuild.DefaultDiffMax, "list at most this many keys that differ (negative: all)")
-	if err := parse(fs, args, stdout, diffExample); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	if len(*topics) != 2 {

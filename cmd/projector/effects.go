@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/operator/ops"
@@ -79,13 +78,11 @@ func readLedger(ctx context.Context, cf *commonFlags, stderr io.Writer) ([]sidee
 }
 
 func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("effects list", pflag.ContinueOnError)
-	cf.register(fs, true)
+	fs := newFlags("effects list", "  projector effects list --config configs/example.yaml --status unknown").withConfig(true)
 	status := fs.String("status", "", "only entries with this status: pending, in-flight, succeeded, failed, unknown")
 	effect := fs.String("effect", "", "only entries of this effect")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
-	if err := parse(fs, args, stdout, "  projector effects list --config configs/example.yaml --status unknown"); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	var want sideeffects.Status
@@ -96,7 +93,7 @@ func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		want = s
 	}
-	entries, err := readLedger(ctx, &cf, stderr)
+	entries, err := readLedger(ctx, &fs.common, stderr)
 	if err != nil {
 		return err
 	}
@@ -129,14 +126,12 @@ func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func effectsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("effects show", pflag.ContinueOnError)
-	cf.register(fs, true)
-	if err := parseWithArgs(fs, args, stdout, "  projector effects show --config configs/example.yaml 'email:case:CASE-1:sla-breach:v3'", 1); err != nil {
+	fs := newFlags("effects show", "  projector effects show --config configs/example.yaml 'email:case:CASE-1:sla-breach:v3'").withConfig(true).takes(1)
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	key := fs.Arg(0)
-	entries, err := readLedger(ctx, &cf, stderr)
+	entries, err := readLedger(ctx, &fs.common, stderr)
 	if err != nil {
 		return err
 	}
@@ -151,13 +146,11 @@ func effectsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("effects resolve", pflag.ContinueOnError)
-	cf.register(fs, true)
+	fs := newFlags("effects resolve", "  projector effects resolve --config configs/example.yaml 'email:case:CASE-1:sla-breach:v3' --as succeeded --note 'confirmed with the mail provider'").withConfig(true).takes(1)
 	as := fs.String("as", "", "the outcome to record: succeeded or failed (required)")
 	note := fs.String("note", "", "why (kept in the ledger)")
 	wait := fs.Duration("timeout", 30*time.Second, "how long to wait for the executor to apply it (0: do not wait)")
-	if err := parseWithArgs(fs, args, stdout, "  projector effects resolve --config configs/example.yaml 'email:case:CASE-1:sla-breach:v3' --as succeeded --note 'confirmed with the mail provider'", 1); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	key := fs.Arg(0)
@@ -165,7 +158,7 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil || (outcome != sideeffects.Succeeded && outcome != sideeffects.Failed) {
 		return usageError{"--as: want succeeded or failed"}
 	}
-	cfg, opts, closeFn, err := effectsSetup(&cf, stderr)
+	cfg, opts, closeFn, err := effectsSetup(&fs.common, stderr)
 	if err != nil {
 		return err
 	}
@@ -214,23 +207,5 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "resolve of %q sent; no executor applied it within %s: it is applied when the executor runs\n", key, *wait)
 	}
 	// Otherwise ctx ended while waiting; the resolve is already sent.
-	return nil
-}
-
-// parseWithArgs is parse for commands that take n positional arguments.
-func parseWithArgs(fs *pflag.FlagSet, args []string, stdout io.Writer, example string, n int) error {
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	if err != nil {
-		if err == pflag.ErrHelp {
-			fmt.Fprintf(stdout, "Usage of projector %s:\n%s\nExample:\n%s\n", fs.Name(), fs.FlagUsages(), example)
-			return err
-		}
-		return usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
-	}
-	if fs.NArg() != n {
-		return usageError{fmt.Sprintf("%s: want %d argument(s), got %d", fs.Name(), n, fs.NArg())}
-	}
 	return nil
 }

@@ -137,16 +137,14 @@ func (s *opsSession) readBounded(ctx context.Context, timeout time.Duration, q o
 }
 
 func runGapsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("gaps list", pflag.ContinueOnError)
-	cf.register(fs, true)
+	fs := newFlags("gaps list", "  projector gaps list --config configs/example.yaml\n  projector gaps list --config configs/example.yaml --projection case-overview --json").withConfig(true)
 	proj := fs.String("projection", "", "only this projection (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON (one object per aggregate with held events, one per line)")
 	timeout := fs.Duration("timeout", time.Minute, "give up reading the changelogs after this long")
-	if err := parse(fs, args, stdout, "  projector gaps list --config configs/example.yaml\n  projector gaps list --config configs/example.yaml --projection case-overview --json"); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
-	s, err := cf.connect(stderr, *proj)
+	s, err := fs.common.connect(stderr, *proj)
 	if err != nil {
 		return err
 	}
@@ -198,16 +196,14 @@ type gapJSON struct {
 }
 
 func runGapsSkip(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("gaps skip", pflag.ContinueOnError)
-	cf.register(fs, true)
+	example := "  projector gaps skip CASE-4 --config configs/example.yaml --note \"v2 lost upstream, INC-123\"\n  projector gaps skip CASE-4 --config configs/example.yaml --projection case-overview --no-wait"
+	fs := newFlags("gaps skip", example).withConfig(true)
 	proj := fs.String("projection", "", "only this projection (default: every projection holding events of the aggregate)")
 	note := fs.String("note", "", "why: recorded with the command and logged by the worker")
 	noWait := fs.Bool("no-wait", false, "send the command and return without waiting for the worker to apply it")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the worker to apply the command")
 	force := fs.Bool("force", false, "send the command even if the committed state shows no held events (keyed by AGGREGATE to each input topic)")
-	example := "  projector gaps skip CASE-4 --config configs/example.yaml --note \"v2 lost upstream, INC-123\"\n  projector gaps skip CASE-4 --config configs/example.yaml --projection case-overview --no-wait"
-	agg, s, err := cf.aggregateSession(fs, args, stdout, stderr, proj, example, "gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE")
+	agg, s, err := fs.aggregateSession(args, stdout, stderr, proj, "gaps skip: want the aggregate id: projector gaps skip AGGREGATE --config FILE")
 	if err != nil {
 		return err
 	}
@@ -269,18 +265,18 @@ func printApplied(stdout io.Writer, before, after *ops.State) {
 // aggregateSession parses the flags of a command that takes the aggregate
 // id as its first argument (usage when it is missing) and connects for
 // projection *proj.
-func (cf *commonFlags) aggregateSession(fs *pflag.FlagSet, args []string, stdout, stderr io.Writer, proj *string, example, usage string) (string, *opsSession, error) {
+func (fs *cmdFlags) aggregateSession(args []string, stdout, stderr io.Writer, proj *string, usage string) (string, *opsSession, error) {
 	var agg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		agg, args = args[0], args[1:]
 	}
-	if err := parse(fs, args, stdout, example); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return "", nil, err
 	}
 	if agg == "" {
 		return "", nil, usageError{usage}
 	}
-	s, err := cf.connect(stderr, *proj)
+	s, err := fs.common.connect(stderr, *proj)
 	return agg, s, err
 }
 

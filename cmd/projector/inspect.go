@@ -9,8 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
@@ -18,15 +16,11 @@ import (
 // runInspect is `projector inspect AGGREGATE`: the guard version, state and
 // held events of one aggregate, per projection, from the committed changelog.
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("inspect", pflag.ContinueOnError)
-	cf.register(fs, true)
+	fs := newFlags("inspect", "  projector inspect CASE-4 --config configs/example.yaml\n  projector inspect CASE-4 --config configs/example.yaml --projection case-overview --json").withConfig(true)
 	proj := fs.String("projection", "", "only this projection (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON (one object per projection and partition)")
 	timeout := fs.Duration("timeout", time.Minute, "give up reading the changelogs after this long")
-	agg, s, err := cf.aggregateSession(fs, args, stdout, stderr, proj,
-		"  projector inspect CASE-4 --config configs/example.yaml\n  projector inspect CASE-4 --config configs/example.yaml --projection case-overview --json",
-		"inspect: want the aggregate id: projector inspect AGGREGATE --config FILE")
+	agg, s, err := fs.aggregateSession(args, stdout, stderr, proj, "inspect: want the aggregate id: projector inspect AGGREGATE --config FILE")
 	if err != nil {
 		return err
 	}

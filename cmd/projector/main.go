@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -101,77 +99,4 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'projector <command> --help' for the command's flags and an example.")
-}
-
-// commonFlags are shared by the commands that load a configuration.
-type commonFlags struct {
-	config    string
-	brokers   string
-	logLevel  string
-	logFormat string
-}
-
-func (c *commonFlags) register(fs *pflag.FlagSet, configRequired bool) {
-	help := "configuration file (YAML)"
-	if !configRequired {
-		help += " (optional)"
-	}
-	fs.StringVarP(&c.config, "config", "c", "", help)
-	fs.StringVar(&c.brokers, "brokers", "", "comma-separated broker addresses, or 'embedded'; overrides kafka.brokers")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-}
-
-func (c *commonFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, usageError{fmt.Sprintf("--log-level: %q is not one of debug, info, warn, error", c.logLevel)}
-	}
-	o := &slog.HandlerOptions{Level: lvl}
-	switch c.logFormat {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, o)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
-	}
-	return nil, usageError{fmt.Sprintf("--log-format: %q is not text or json", c.logFormat)}
-}
-
-// load reads the configuration and applies --brokers.
-func (c *commonFlags) load() (*config.Config, error) {
-	if c.config == "" {
-		return nil, usageError{"--config is required"}
-	}
-	cfg, err := config.Load(c.config)
-	if err != nil {
-		return nil, err
-	}
-	if c.brokers != "" {
-		if err := cfg.Kafka.SetBrokers(c.brokers); err != nil {
-			return nil, &config.Error{Key: "kafka.brokers", Msg: "--brokers: " + err.Error()}
-		}
-		cfg.ApplyDefaults()
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	return cfg, nil
-}
-
-// parse parses a command's flags; --help prints usage and the example.
-func parse(fs *pflag.FlagSet, args []string, stdout io.Writer, example string) error {
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	if errors.Is(err, pflag.ErrHelp) {
-		fmt.Fprintf(stdout, "Usage of projector %s:\n%s\nExample:\n%s\n", fs.Name(), fs.FlagUsages(), example)
-		return err
-	}
-	if err != nil {
-		return usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), strings.Join(fs.Args(), " "))}
-	}
-	return nil
 }

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/projector-dev/projector/internal/operator/rebuild"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
@@ -29,9 +27,8 @@ its summary counts its own work.`
 // runRebuild is `projector rebuild`: replay the input into a new projection
 // topic with side effects suppressed, until the end offsets taken at start.
 func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("rebuild", pflag.ContinueOnError)
-	cf.register(fs, true)
+	fs := newFlags("rebuild", rebuildExample).withConfig(true)
+	cf := &fs.common
 	proj := fs.String("projection", "", "the configured projection to rebuild (may be omitted when there is only one)")
 	topic := fs.String("topic", "", "the new projection topic to write (required; not the live one)")
 	from := fs.String("from", "", "start at this time instead of the earliest offsets: RFC 3339, a date (UTC) or Unix milliseconds; only for a new rebuild (a resumed one continues from its committed offsets)")
@@ -39,7 +36,7 @@ func runRebuild(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	progress := fs.String("progress", "auto", "progress display: auto (a bar on a terminal, else lines), bar, lines or none")
 	interval := fs.Duration("progress-interval", rebuild.DefaultProgressInterval, "interval of progress lines")
 	httpListen := fs.String("http", "off", "serve /metrics, /healthz and /readyz of the rebuild on this host:port")
-	if err := parse(fs, args, stdout, rebuildExample); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	if *topic == "" {

@@ -6,18 +6,18 @@ import (
 	"io"
 	"strings"
 
-	"github.com/spf13/pflag"
-
 	"github.com/projector-dev/projector/internal/runtime/app"
 )
 
+const runExample = `  projector run --config configs/example.yaml
+  projector run --config configs/example.yaml --brokers 10.0.0.5:9092 --log-format json
+  projector run --config /etc/projector/projector.yaml --role processor --check`
+
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf commonFlags
-	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-	cf.register(fs, true)
+	fs := newFlags("run", runExample).withConfig(true)
 	role := fs.String("role", "all", "what to run: processor (consume, project, enqueue side effects), executor (call the webhooks) or all")
 	check := fs.Bool("check", false, "validate the flags and the configuration (environment expanded, rules parsed, TLS files read), print a summary and exit 0, or 2 naming the problem; starts nothing and connects to nothing")
-	if err := parse(fs, args, stdout, "  projector run --config configs/example.yaml\n  projector run --config configs/example.yaml --brokers 10.0.0.5:9092 --log-format json\n  projector run --config /etc/projector/projector.yaml --role processor --check"); err != nil {
+	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
 	switch app.Role(*role) {
@@ -25,11 +25,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	default:
 		return usageError{"--role: want processor, executor or all, got " + *role}
 	}
-	log, err := cf.logger(stderr)
+	log, err := fs.common.logger(stderr)
 	if err != nil {
 		return err
 	}
-	cfg, err := cf.load()
+	cfg, err := fs.common.load()
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
-
-	"github.com/spf13/pflag"
 )
 
 // buildVersion describes the binary from the build information the Go
@@ -49,8 +47,7 @@ func buildVersion(info *debug.BuildInfo, ok bool) string {
 
 // runVersion is `projector version` (and `projector --version`).
 func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
-	fs := pflag.NewFlagSet("version", pflag.ContinueOnError)
-	if err := parse(fs, args, stdout, "  projector version\n  projector --version"); err != nil {
+	if err := newFlags("version", "  projector version\n  projector --version").parse(args, stdout); err != nil {
 		return err
 	}
 	info, ok := debug.ReadBuildInfo()

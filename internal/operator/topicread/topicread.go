@@ -2,7 +2,11 @@
 // to the end offsets they have when the read begins: how tools, tests and
 // checkers look at outputs, ledgers and changelogs without joining a group.
 // It is the one committed-record reader: ops reads the changelogs with
-// Partitions, everything else reads whole topics with Committed.
+// Partitions, everything else reads whole topics with Committed. It is also
+// the one place that knows where such a read ends: StableEnds lists the last
+// stable offsets when the read begins, and Ends follows a read until every
+// partition reached its end (Partitions, and the ingress's receipts view,
+// which keeps tailing after it caught up).
 //
 // Control records are kept while reading (and passed on only when asked), so that a
 // partition whose last record is a transaction marker is known to be read to
@@ -15,8 +19,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -58,48 +60,18 @@ func (e *StallError) Error() string {
 // order per partition, up to the last stable offsets at the time of the call.
 // opts must include the seed brokers (and TLS/SASL).
 func Committed(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record)) error {
-	ranges, err := toLastStable(ctx, opts, topic)
+	ranges, missing, err := StableEnds(ctx, opts, topic)
 	if err != nil {
 		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s", ErrNoTopic, topic)
 	}
 	err = Partitions(ctx, opts, ranges, Options{}, func(r *kgo.Record) error { fn(r); return nil })
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("read %s: %w", topic, err)
 	}
 	return err
-}
-
-// toLastStable returns, per partition of topic with committed records, the
-// range from the log start to the last stable offset.
-func toLastStable(ctx context.Context, opts []kgo.Opt, topic string) (map[string]map[int32]Range, error) {
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
-	cl.Close()
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	if _, ok := ends[topic]; !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNoTopic, topic)
-	}
-	want := map[int32]Range{}
-	var errs []error
-	ends.Each(func(o kadm.ListedOffset) {
-		switch {
-		case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
-			errs = append(errs, fmt.Errorf("%w: %s", ErrNoTopic, topic))
-		case o.Err != nil:
-			errs = append(errs, fmt.Errorf("end offset of %s/%d: %w", topic, o.Partition, o.Err))
-		case o.Offset > 0:
-			want[o.Partition] = Range{Start: FromStart, End: o.Offset}
-		}
-	})
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return map[string]map[int32]Range{topic: want}, nil
 }
 
 // Partitions reads each partition in ranges from its Start to its End,
@@ -125,23 +97,15 @@ func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32
 	if left == 0 {
 		return nil
 	}
-	iso := kgo.ReadCommitted()
-	if o.Uncommitted {
-		iso = kgo.ReadUncommitted()
-	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
-		kgo.ConsumePartitions(offsets),
-		kgo.FetchIsolationLevel(iso),
-		// A committed range ends with a transaction marker: keeping the
-		// markers is what lets the read see that it reached the end.
-		kgo.KeepControlRecords())...)
+	copts := append(append([]kgo.Opt(nil), opts...), ClientOpts(o)...)
+	cl, err := kgo.NewClient(append(copts, kgo.ConsumePartitions(offsets))...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	rd := &reader{ranges: ranges, done: map[string]map[int32]bool{}, left: left, control: o.Control, fn: fn}
+	rd := &reader{ends: NewEnds(ranges), control: o.Control, fn: fn}
 	last := time.Now()
-	for rd.left > 0 {
+	for rd.ends.Left() > 0 {
 		got, err := rd.poll(ctx, cl)
 		if err != nil {
 			return err
@@ -149,17 +113,15 @@ func Partitions(ctx context.Context, opts []kgo.Opt, ranges map[string]map[int32
 		if got {
 			last = time.Now()
 		} else if o.Stall > 0 && time.Since(last) > o.Stall {
-			return &StallError{After: o.Stall, Left: rd.left}
+			return &StallError{After: o.Stall, Left: rd.ends.Left()}
 		}
 	}
 	return nil
 }
 
-// reader tracks which partitions of a Partitions read reached their end.
+// reader passes on the records of a Partitions read up to their ends.
 type reader struct {
-	ranges  map[string]map[int32]Range
-	done    map[string]map[int32]bool
-	left    int
+	ends    *Ends
 	control bool // pass the markers on too
 	fn      func(*kgo.Record) error
 }
@@ -185,20 +147,12 @@ func (rd *reader) poll(ctx context.Context, cl *kgo.Client) (bool, error) {
 	got := false
 	var rerr error
 	fs.EachRecord(func(r *kgo.Record) {
-		rng, ok := rd.ranges[r.Topic][r.Partition]
-		if rerr != nil || !ok || rd.done[r.Topic][r.Partition] || r.Offset >= rng.End {
+		if rerr != nil || !rd.ends.See(r) {
 			return
 		}
 		got = true
 		if rd.control || !r.Attrs.IsControl() {
 			rerr = rd.fn(r)
-		}
-		if r.Offset+1 >= rng.End {
-			if rd.done[r.Topic] == nil {
-				rd.done[r.Topic] = map[int32]bool{}
-			}
-			rd.done[r.Topic][r.Partition] = true
-			rd.left--
 		}
 	})
 	return got, rerr

@@ -292,16 +292,18 @@ func decode(data []byte, maxBytes int, ev *Event) *Error {
 			}
 			fail(f, msg)
 
+			// A ',' and the next member, or the '}' that ends the
+			// envelope (afterElement inline: this loop is the hot path).
 			s.skipWS()
-			if c := s.peek(); c == ',' {
-				s.pos++
-				s.skipWS()
-				continue
-			} else if c == '}' {
+			if c := s.peek(); c != ',' {
+				if c != '}' {
+					return s.syntaxErr(errAfterMember)
+				}
 				s.pos++
 				break
 			}
-			return s.syntaxErr("expected ',' or '}' after an object member")
+			s.pos++
+			s.skipWS()
 		}
 	}
 	if err := s.expectEnd(); err != nil {

@@ -33,14 +33,14 @@ func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, 400, HeaderTenant, "the %s header is required", HeaderTenant)
 		return
 	}
-	first, _ := s.view.get(receipt.Key(tenant, key, 0))
+	first := s.view.get(receipt.Key(tenant, key, 0))
 	if first == nil {
 		writeProblem(w, http.StatusNotFound, "key", "no committed receipt for this key (yet): a request answered 202 is committed shortly, poll again")
 		return
 	}
 	rs := []*receipt.Receipt{first}
 	for i := 1; i < first.Count; i++ {
-		rc, _ := s.view.get(receipt.Key(tenant, key, i))
+		rc := s.view.get(receipt.Key(tenant, key, i))
 		if rc == nil {
 			req := &request{key: key, tenant: tenant}
 			w.Header().Set("Location", receiptPath(key, tenant))

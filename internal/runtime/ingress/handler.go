@@ -144,15 +144,16 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 		return nil, fail(400, "body", "reading the body: %v", err)
 	}
 	data = bytes.TrimSpace(data)
-	if !json.Valid(data) {
-		return nil, fail(400, "body", "the body is not JSON")
-	}
-	if len(data) == 0 || data[0] != '{' {
-		return nil, fail(422, "body", `the body must be a JSON object: an event envelope or {"events":[…]}`)
-	}
+	// One parse of the body: it checks the syntax too (a syntax error is
+	// "not JSON"; a type error, or null, is JSON that is not an object).
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fail(400, "body", "the body is not a JSON object: %v", err)
+	err = json.Unmarshal(data, &top)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return nil, fail(400, "body", "the body is not JSON")
+	case err != nil || top == nil:
+		return nil, fail(422, "body", `the body must be a JSON object: an event envelope or {"events":[…]}`)
 	}
 	req := &request{key: key, tenant: tenant}
 	elems := []json.RawMessage{data}
@@ -166,11 +167,11 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 		}
 	}
 	for i, el := range elems {
-		prefix := ""
+		prefix, members := "", top // a single event's members are the body's
 		if req.batch {
-			prefix = "events[" + strconv.Itoa(i) + "]."
+			prefix, members = "events["+strconv.Itoa(i)+"].", nil
 		}
-		it, f := s.parseEvent(req, hasTenant, i, prefix, bytes.TrimSpace(el))
+		it, f := s.parseEvent(req, hasTenant, i, prefix, bytes.TrimSpace(el), members)
 		if f != nil {
 			return nil, f
 		}
@@ -180,10 +181,9 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 }
 
 // parseEvent validates one envelope and gives it its derived event id (and
-// the header's tenant).
-func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, el []byte) (item, *failure) {
-	var m map[string]json.RawMessage
-	if len(el) == 0 || el[0] != '{' || json.Unmarshal(el, &m) != nil {
+// the header's tenant). m is el's members when they are parsed already.
+func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, el []byte, m map[string]json.RawMessage) (item, *failure) {
+	if m == nil && (len(el) == 0 || el[0] != '{' || json.Unmarshal(el, &m) != nil) {
 		return item{}, fail(422, prefix+"value", "an event envelope must be a JSON object")
 	}
 	var bodyTenant string
@@ -301,7 +301,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 func (s *Server) lookup(req *request, have []*receipt.Receipt, idx []int) []int {
 	left := idx[:0]
 	for _, i := range idx {
-		have[i], _ = s.view.get(receipt.Key(req.tenant, req.key, i))
+		have[i] = s.view.get(receipt.Key(req.tenant, req.key, i))
 		if have[i] == nil {
 			left = append(left, i)
 		}
@@ -405,16 +405,22 @@ func receiptPath(key, tenant string) string {
 	return p
 }
 
-// eventBody is one event's committed outcome in a response.
+// eventBody is one event's committed outcome in a response: its receipt
+// without the receipt's Origin, which the response states once
+// (idempotencyKey, tenantId). The always-nil fields of noOrigin hide
+// Origin's: encoding/json takes the shallower of two fields of one name, and
+// omits them.
 type eventBody struct {
-	EventID     string            `json:"eventId"`
-	Outcome     string            `json:"outcome"`
-	Projections map[string]string `json:"projections,omitempty"`
-	Reason      string            `json:"reason,omitempty"`
-	Topic       string            `json:"topic"`
-	Partition   int32             `json:"partition"`
-	Offset      int64             `json:"offset"`
-	Fingerprint string            `json:"fingerprint"`
+	*receipt.Receipt
+	noOrigin
+}
+
+type noOrigin struct {
+	TenantID *struct{} `json:"tenantId,omitempty"`
+	Key      *struct{} `json:"key,omitempty"`
+	Index    *struct{} `json:"index,omitempty"`
+	Count    *struct{} `json:"count,omitempty"`
+	Batch    *struct{} `json:"batch,omitempty"`
 }
 
 // responseBody is a 200/201 body: one event's fields inline, or events.
@@ -425,12 +431,6 @@ type responseBody struct {
 	Events []eventBody `json:"events,omitempty"`
 }
 
-// bodyOf is a receipt as a response shows it.
-func bodyOf(rc *receipt.Receipt) eventBody {
-	return eventBody{EventID: rc.EventID, Outcome: rc.Outcome, Projections: rc.Projections, Reason: rc.Reason,
-		Topic: rc.Topic, Partition: rc.Partition, Offset: rc.Offset, Fingerprint: rc.Fingerprint}
-}
-
 // responseFor is the body of the receipts rs of one request: a function of
 // the committed receipts alone, so that every instance, every time, gives
 // the same bytes.
@@ -438,11 +438,10 @@ func responseFor(key, tenant string, batch bool, rs []*receipt.Receipt) []byte {
 	b := responseBody{IdempotencyKey: key, TenantID: tenant}
 	if batch {
 		for _, rc := range rs {
-			b.Events = append(b.Events, bodyOf(rc))
+			b.Events = append(b.Events, eventBody{Receipt: rc})
 		}
 	} else {
-		eb := bodyOf(rs[0])
-		b.eventBody = &eb
+		b.eventBody = &eventBody{Receipt: rs[0]}
 	}
 	out, _ := json.Marshal(b) // strings, ints and string maps: cannot fail
 	return append(out, '\n')

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/operator/topicread"
 	"github.com/projector-dev/projector/internal/runtime/receipt"
 )
 
@@ -27,42 +28,51 @@ import (
 type view struct {
 	log *slog.Logger
 
+	// changed is closed and replaced (under mu) whenever the view
+	// changes; read without mu by watch.
+	changed atomic.Pointer[chan struct{}]
+
 	mu sync.Mutex
 	// byKey holds each receipt's encoded value (about 300 bytes), not the
 	// decoded struct (about 750 bytes in memory): every ingested event has
 	// one for ever, and a lookup decodes just the few it needs.
 	byKey    map[string][]byte
-	changed  chan struct{} // closed and replaced whenever receipts arrive
 	caughtUp bool
 	err      error // why the view is not caught up, when it failed
 }
 
 func newView(log *slog.Logger) *view {
-	return &view{log: log, byKey: map[string][]byte{}, changed: make(chan struct{})}
+	v := &view{log: log, byKey: map[string][]byte{}}
+	ch := make(chan struct{})
+	v.changed.Store(&ch)
+	return v
 }
 
-// get returns the receipt of key and a channel closed when the view next
-// changes (so a waiter can look again).
-func (v *view) get(key string) (*receipt.Receipt, <-chan struct{}) {
+// get returns the receipt of key, nil if the view has none.
+func (v *view) get(key string) *receipt.Receipt {
 	v.mu.Lock()
-	val, changed := v.byKey[key], v.changed
+	val := v.byKey[key]
 	v.mu.Unlock()
 	if val == nil {
-		return nil, changed
+		return nil
 	}
 	r, err := receipt.Decode(val) // decoded once before in add: cannot fail
 	if err != nil {
 		v.log.Error("receipts: a stored receipt no longer decodes", "err", err)
-		return nil, changed
+		return nil
 	}
-	return r, changed
+	return r
 }
 
-// watch returns a channel closed when the view next changes.
-func (v *view) watch() <-chan struct{} {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.changed
+// watch returns a channel closed when the view next changes (so a waiter
+// that looks after taking it can look again).
+func (v *view) watch() <-chan struct{} { return *v.changed.Load() }
+
+// notify wakes the watchers; v.mu is held.
+func (v *view) notify() {
+	close(*v.changed.Load())
+	ch := make(chan struct{})
+	v.changed.Store(&ch)
 }
 
 // ready reports whether the view is caught up, and why not.
@@ -96,15 +106,13 @@ func (v *view) add(rs []keyed) {
 			v.byKey[r.key] = r.value
 		}
 	}
-	close(v.changed)
-	v.changed = make(chan struct{})
+	v.notify()
 }
 
 func (v *view) setCaughtUp() {
 	v.mu.Lock()
 	v.caughtUp, v.err = true, nil
-	close(v.changed)
-	v.changed = make(chan struct{})
+	v.notify()
 	v.mu.Unlock()
 }
 
@@ -118,10 +126,10 @@ func (v *view) setErr(err error) {
 // offsets until it succeeds (the topic may be created by a processor that
 // starts later); read errors are retried by the client.
 func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
-	var ends map[int32]int64
+	var ends *topicread.Ends
 	for {
 		var err error
-		ends, err = endOffsets(ctx, opts, topic)
+		ends, err = stableEnds(ctx, opts, topic)
 		if err == nil {
 			break
 		}
@@ -132,18 +140,15 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Control records are kept (not passed on) so that a partition
-		// whose last record is a commit marker is seen to be read to its end.
-		kgo.KeepControlRecords(),
+	copts := append(append([]kgo.Opt(nil), opts...), topicread.ClientOpts(topicread.Options{})...)
+	cl, err := kgo.NewClient(append(copts, kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond))...)
 	if err != nil {
 		return fmt.Errorf("ingress: receipts reader: %w", err)
 	}
 	defer cl.Close()
-	if len(ends) == 0 {
+	if ends.Left() == 0 {
 		v.setCaughtUp()
 	}
 	for {
@@ -157,12 +162,9 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 			}
 		}
 		var rs []keyed
-		reached := false
+		left := ends.Left()
 		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := ends[r.Partition]; ok && r.Offset+1 >= end {
-				delete(ends, r.Partition)
-				reached = len(ends) == 0
-			}
+			ends.See(r)
 			if r.Attrs.IsControl() || r.Value == nil {
 				return
 			}
@@ -176,38 +178,23 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 			rs = append(rs, keyed{receipt.Key(rc.TenantID, rc.Key, rc.Index), bytes.Clone(r.Value)})
 		})
 		v.add(rs)
-		if reached { // only once this fetch's receipts are in the view
+		if left > 0 && ends.Left() == 0 { // only once this fetch's receipts are in the view
 			v.setCaughtUp()
 		}
 	}
 }
 
-// endOffsets lists the last stable offsets of topic's partitions that have
-// records (read_committed: what a reader can reach).
-func endOffsets(ctx context.Context, opts []kgo.Opt, topic string) (map[int32]int64, error) {
-	cl, err := kgo.NewClient(opts...)
+// stableEnds follows the read of topic toward the last stable offsets of its
+// partitions as listed now (read_committed: what a reader can reach).
+func stableEnds(ctx context.Context, opts []kgo.Opt, topic string) (*topicread.Ends, error) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ranges, missing, err := topicread.StableEnds(lctx, opts, topic)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	listed, err := kadm.NewClient(cl).ListCommittedOffsets(lctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	if _, ok := listed[topic]; !ok {
+	if len(missing) > 0 {
 		return nil, fmt.Errorf("topic %s does not exist yet", topic)
 	}
-	out := map[int32]int64{}
-	var errs []error
-	listed.Each(func(o kadm.ListedOffset) {
-		switch {
-		case o.Err != nil:
-			errs = append(errs, fmt.Errorf("end offset of %s/%d: %w", topic, o.Partition, o.Err))
-		case o.Offset > 0:
-			out[o.Partition] = o.Offset
-		}
-	})
-	return out, errors.Join(errs...)
+	return topicread.NewEnds(ranges), nil
 }

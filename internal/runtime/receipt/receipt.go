@@ -75,13 +75,11 @@ func EventID(tenant, key string, index int) string {
 }
 
 // Receipt is the committed outcome of one ingested event, the value of a
-// receipts-topic record.
+// receipts-topic record. Its fields after Origin, in this order, are also
+// what an ingress response shows of the event.
 type Receipt struct {
 	Origin
 	EventID string `json:"eventId"`
-	// Fingerprint is the hex SHA-256 of the event's RFC 8785 form
-	// (docs/contract.md#dedup-scope-and-fingerprint).
-	Fingerprint string `json:"fingerprint"`
 	// Outcome is the event's outcome: the first matching projection's
 	// (applied, held, stale, too-large, failed), or invalid, or filtered
 	// when no projection takes its aggregate type.
@@ -93,6 +91,9 @@ type Receipt struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
+	// Fingerprint is the hex SHA-256 of the event's RFC 8785 form
+	// (docs/contract.md#dedup-scope-and-fingerprint).
+	Fingerprint string `json:"fingerprint"`
 }
 
 // Encode is the receipt's record value.
