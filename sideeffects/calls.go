@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // OrphanTTL is how long a handed-over outcome waits for the key's next
@@ -53,7 +55,7 @@ type Orphan struct {
 	Scope string
 	// N is the attempt's number in that ledger entry.
 	N      int
-	Result Result
+	Result effect.Result
 	at     time.Time // when handed over
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // Runner drives ledger entries to an outcome: it starts due pending entries
@@ -65,17 +67,17 @@ func (r *Runner) Enqueue(key string) { r.schedule(key, time.Time{}) }
 // transaction and enqueues the key if it is new. The processor offers
 // inside its consume transactions instead (and calls Enqueue); Offer serves
 // tools and tests.
-func (r *Runner) Offer(value []byte) (e Entry, dup bool, err error) {
-	in, err := ParseIntent(value)
+func (r *Runner) Offer(value []byte) (e effect.Entry, dup bool, err error) {
+	in, err := effect.ParseIntent(value)
 	if err != nil {
-		return Entry{}, false, err
+		return effect.Entry{}, false, err
 	}
-	err = r.cfg.Store.Update(func(l *Ledger) error {
+	err = r.cfg.Store.Update(func(l *effect.Ledger) error {
 		e, dup, err = l.Offer(in, r.cfg.Now())
 		return err
 	})
 	if err != nil {
-		return Entry{}, false, err
+		return effect.Entry{}, false, err
 	}
 	if !dup {
 		r.Enqueue(in.Key)
@@ -84,9 +86,9 @@ func (r *Runner) Offer(value []byte) (e Entry, dup bool, err error) {
 }
 
 // Resolve settles an unknown key by hand (see Ledger.Resolve).
-func (r *Runner) Resolve(key string, outcome Status, note string) (Entry, error) {
-	var e Entry
-	err := r.cfg.Store.Update(func(l *Ledger) (err error) {
+func (r *Runner) Resolve(key string, outcome effect.Status, note string) (effect.Entry, error) {
+	var e effect.Entry
+	err := r.cfg.Store.Update(func(l *effect.Ledger) (err error) {
 		e, err = l.Resolve(key, outcome, note, r.cfg.Now())
 		return err
 	})
@@ -112,8 +114,8 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	// Recover before anything is executed, and commit it: an in-flight entry
 	// from an earlier life must never be mistaken for one of ours.
-	var recovered []Entry
-	if err := r.cfg.Store.Update(func(l *Ledger) (err error) {
+	var recovered []effect.Entry
+	if err := r.cfg.Store.Update(func(l *effect.Ledger) (err error) {
 		recovered, err = l.Recover(r.cfg.Now())
 		return err
 	}); err != nil {
@@ -123,8 +125,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.cfg.Logger.Warn("side effect outcome unknown after restart", "key", e.Key, "effect", e.Effect, "attempts", e.Attempts)
 		r.changed(e)
 	}
-	if err := r.cfg.Store.View(func(l *Ledger) error {
-		return l.Scan(func(e Entry) error {
+	if err := r.cfg.Store.View(func(l *effect.Ledger) error {
+		return l.Scan(func(e effect.Entry) error {
 			if due, ok := r.runnable(e); ok {
 				r.schedule(e.Key, due)
 			}
@@ -187,7 +189,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *Runner) changed(e Entry) {
+func (r *Runner) changed(e effect.Entry) {
 	if r.cfg.OnChange != nil {
 		r.cfg.OnChange(e)
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // App is a wired worker. Close releases everything it started, in reverse order.
@@ -167,7 +168,7 @@ func Check(cfg *config.Config) error {
 		return &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
 	if len(cfg.SideEffects) > 0 {
-		if _, err := sideeffects.NewRules(cfg.SideEffects); err != nil {
+		if _, err := effect.NewRules(cfg.SideEffects); err != nil {
 			return &config.Error{Key: "sideEffects", Msg: err.Error()}
 		}
 	}
@@ -314,7 +315,7 @@ func (a *App) newProcessor(cfg *config.Config, o Options, projs []*projection.Pr
 		pc.ReceiptsTopic = cfg.Ingress.ReceiptsTopic
 	}
 	if len(cfg.SideEffects) > 0 {
-		rules, err := sideeffects.NewRules(cfg.SideEffects)
+		rules, err := effect.NewRules(cfg.SideEffects)
 		if err != nil {
 			return &config.Error{Key: "sideEffects", Msg: err.Error()}
 		}
