@@ -195,7 +195,7 @@ func (r *Runner) outcome(eff Effect, n int, res effect.Result) (a effect.Attempt
 			return a, effect.Failed, time.Time{}
 		}
 		return a, effect.Pending, now.Add(r.cfg.Backoff(n))
-	default: // OutcomeUnknown, or an executor that could not tell
+	default: // OutcomeUnknown, or a Caller that could not tell
 		a.Outcome = effect.OutcomeUnknown
 		if eff.OnUnknown == config.OnUnknownRetry {
 			next = now.Add(r.cfg.Backoff(n))

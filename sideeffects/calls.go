@@ -16,7 +16,7 @@ import (
 // so the outcome is dropped rather than kept for the life of the process.
 const OrphanTTL = 10 * time.Minute
 
-// Calls is the registry of executor calls in flight in one process, shared
+// Calls is the registry of effect calls in flight in one process, shared
 // by every Runner of a Worker (a Runner without one gets its own).
 //
 // It exists for a partition revoked and assigned again in the same process:

@@ -12,7 +12,8 @@ import (
 
 // Runner drives ledger entries to an outcome: it starts due pending entries
 // (and unknown ones under onUnknown: retry), at most Workers at a time,
-// calls their executor and records the result, retrying with backoff.
+// calls their effect (its Caller) and records the result, retrying with
+// backoff.
 //
 // Order per attempt, which is what makes in-flight-before-call hold
 // (docs/design.md#in-flight-before-call):
@@ -21,7 +22,7 @@ import (
 //     process still has a call for it; if that Runner handed its outcome
 //     over, record it (Ledger.Settle) and stop here.
 //  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
-//  2. Only then call the executor, until the attempt's deadline (its start
+//  2. Only then call the effect, until the attempt's deadline (its start
 //     plus Effect.Timeout).
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
 //     unknown). Commit. If that fails (the partition was revoked), hand the
@@ -36,8 +37,8 @@ import (
 //
 // Store errors are fatal to Run: without the store the Runner can neither
 // guarantee in-flight-before-call nor record outcomes, and the restart's
-// Recover puts things right. In the processor there is one Runner per
-// effects-topic partition, run while the partition is assigned.
+// Recover puts things right. A Worker runs one Runner per owned
+// effects-topic partition, while the partition is assigned.
 type Runner struct {
 	cfg  RunnerConfig
 	wake chan struct{}
