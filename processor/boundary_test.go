@@ -17,7 +17,7 @@ func TestPublicBoundary(t *testing.T) {
 		t.Skip("type-checks four packages from source")
 	}
 	imp := importer.ForCompiler(token.NewFileSet(), "source", nil)
-	for _, path := range []string{"processor", "dedup", "projection", "sideeffects"} {
+	for _, path := range []string{"processor", "dedup", "projection", "sideeffects", "sideeffects/effect", "sideeffects/webhook", "sideeffects/sideeffectstest"} {
 		path = "github.com/projector-dev/projector/" + path
 		pkg, err := imp.Import(path)
 		if err != nil {

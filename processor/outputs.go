@@ -8,7 +8,7 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/projection"
-	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // projectionRecordText bounds a projection record's value beyond its
@@ -83,7 +83,7 @@ func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projec
 			p.batchOf(b).counts.effect(in.Effect, "suppressed")
 			continue
 		}
-		v := sideeffects.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
+		v := effect.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
 		p.batchOf(b).counts.effect(in.Effect, "enqueued")
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/staging"
 	"github.com/projector-dev/projector/projection"
-	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // ReasonTooLarge dead-letters an event whose outputs (projection record,
@@ -59,7 +59,7 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 			if bound <= limit {
 				continue
 			}
-			v := sideeffects.IntentValue(in, g.P.Name, c.Event, c.Version, c.Source.Value)
+			v := effect.IntentValue(in, g.P.Name, c.Event, c.Version, c.Source.Value)
 			if n := len(in.Key) + len(v) + recordOverhead; n > limit {
 				return fmt.Sprintf("the side-effect intent %s of version %d would be %d bytes, over kafka.maxRecordBytes %d", in.Effect, c.Version, n, limit), i
 			}

@@ -4,21 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // runnable reports whether the Runner should execute e, and from when.
-func (r *Runner) runnable(e Entry) (time.Time, bool) {
+func (r *Runner) runnable(e effect.Entry) (time.Time, bool) {
 	eff, ok := r.cfg.Effects[e.Effect]
 	if !ok {
 		return time.Time{}, false
 	}
 	switch e.Status {
-	case Pending:
+	case effect.Pending:
 		return e.NextAttempt, true
-	case Unknown:
+	case effect.Unknown:
 		// Parked, or out of attempts: an unknown outcome is never retried
 		// without a policy that says the receiver honours the key.
 		if eff.OnUnknown == config.OnUnknownRetry && e.Attempts < eff.MaxAttempts {
@@ -58,11 +60,11 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	}
 
 	var (
-		e     Entry
+		e     effect.Entry
 		start bool
 		later time.Time
 	)
-	err = r.cfg.Store.Update(func(l *Ledger) error {
+	err = r.cfg.Store.Update(func(l *effect.Ledger) error {
 		start, later = false, time.Time{}
 		cur, ok, err := l.Get(key)
 		if err != nil || !ok {
@@ -93,9 +95,9 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	// The in-flight mark is committed: from here on a crash means unknown.
 	r.changed(e)
 	eff := r.cfg.Effects[e.Effect]
-	in, perr := ParseIntent(e.Intent)
+	in, perr := effect.ParseIntent(e.Intent)
 	if perr != nil {
-		in = Intent{Key: e.Key, Effect: e.Effect, Value: e.Intent}
+		in = effect.Intent{Key: e.Key, Effect: e.Effect, Value: e.Intent}
 	}
 	// Not cancelled with ctx: a shutdown or a revoke lets the call finish
 	// rather than manufacture an unknown outcome. It is bounded by the
@@ -103,15 +105,15 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	// it retries an unknown outcome of this attempt.
 	deadline := e.History[len(e.History)-1].Start.Add(eff.Timeout)
 	callCtx, cancelCall := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(r.cfg.Now()))
-	res := eff.Executor.Execute(callCtx, in, e.Intent)
+	res := eff.Caller.Call(callCtx, in, e.Intent)
 	cancelCall()
 
 	// One decision (its backoff is random): recorded here, or reported to
 	// the partition's next owner if the record fails.
 	a, to, next := r.outcome(eff, e.Attempts, res)
-	var done Entry
-	err = r.cfg.Store.Update(func(l *Ledger) (err error) {
-		done, err = l.finish(key, "record "+to.String(), a, to, next)
+	var done effect.Entry
+	err = r.cfg.Store.Update(func(l *effect.Ledger) (err error) {
+		done, err = l.Record(key, a, to, next)
 		return err
 	})
 	if err != nil {
@@ -136,14 +138,14 @@ func (r *Runner) process(ctx context.Context, key string) error {
 // attempt), and reports whether it did. A stale orphan is dropped.
 func (r *Runner) settle(key string, o Orphan) (bool, error) {
 	var (
-		done  Entry
+		done  effect.Entry
 		stale error
 	)
-	err := r.cfg.Store.Update(func(l *Ledger) error {
+	err := r.cfg.Store.Update(func(l *effect.Ledger) error {
 		stale = nil
 		cur, ok, err := l.Get(key)
 		if err != nil || !ok {
-			stale = ErrNotFound
+			stale = effect.ErrNotFound
 			return err
 		}
 		eff, ok := r.cfg.Effects[cur.Effect]
@@ -153,7 +155,7 @@ func (r *Runner) settle(key string, o Orphan) (bool, error) {
 		}
 		a, to, next := r.outcome(eff, o.N, o.Result)
 		done, err = l.Settle(key, o.N, a, to, next)
-		if errors.Is(err, ErrIllegalTransition) {
+		if errors.Is(err, effect.ErrIllegalTransition) {
 			stale, err = err, nil
 		}
 		return err
@@ -176,28 +178,55 @@ func (r *Runner) settle(key string, o Orphan) (bool, error) {
 
 // outcome is the ledger's record of attempt n's result: the attempt, the
 // status it moves the entry to and, for a retry, when.
-func (r *Runner) outcome(eff Effect, n int, res Result) (a Attempt, to Status, next time.Time) {
-	a = Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
+func (r *Runner) outcome(eff Effect, n int, res effect.Result) (a effect.Attempt, to effect.Status, next time.Time) {
+	a = effect.Attempt{Duration: res.Duration, Outcome: res.Outcome, StatusCode: res.StatusCode, Ref: res.Ref}
 	if res.Err != nil {
 		a.Error = res.Err.Error()
 	}
 	now := r.cfg.Now()
 	switch res.Outcome {
-	case OutcomeSucceeded:
-		return a, Succeeded, time.Time{}
-	case OutcomeFailed:
-		return a, Failed, time.Time{}
-	case OutcomeRetryable:
+	case effect.OutcomeSucceeded:
+		return a, effect.Succeeded, time.Time{}
+	case effect.OutcomeFailed:
+		return a, effect.Failed, time.Time{}
+	case effect.OutcomeRetryable:
 		if n >= eff.MaxAttempts {
 			a.Error = fmt.Sprintf("%s; giving up after %d attempts", a.Error, n)
-			return a, Failed, time.Time{}
+			return a, effect.Failed, time.Time{}
 		}
-		return a, Pending, now.Add(r.cfg.Backoff(n))
-	default: // OutcomeUnknown, or an executor that could not tell
-		a.Outcome = OutcomeUnknown
+		return a, effect.Pending, now.Add(r.cfg.Backoff(n))
+	default: // OutcomeUnknown, or a Caller that could not tell
+		a.Outcome = effect.OutcomeUnknown
 		if eff.OnUnknown == config.OnUnknownRetry {
 			next = now.Add(r.cfg.Backoff(n))
 		}
-		return a, Unknown, next
+		return a, effect.Unknown, next
 	}
+}
+
+// Backoff limits. The delay before retry n (n ≥ 1) is uniform in
+// [0, min(BackoffCap, BackoffBase·2^(n-1))]: "full jitter", so that keys
+// failing together against one receiver do not retry together.
+const (
+	BackoffBase = 200 * time.Millisecond
+	BackoffCap  = 30 * time.Second
+)
+
+// Backoff returns the delay before retry number attempt (1 = the first
+// retry). rng nil uses the global source; a *rand.Rand is not safe for
+// concurrent use, so callers sharing one must serialise.
+func Backoff(attempt int, rng *rand.Rand) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	ceil := BackoffCap
+	if attempt <= 32 { // beyond, the shift would overflow; the cap applies anyway
+		if d := BackoffBase << (attempt - 1); d > 0 && d < BackoffCap {
+			ceil = d
+		}
+	}
+	if rng == nil {
+		return time.Duration(rand.Int64N(int64(ceil) + 1))
+	}
+	return time.Duration(rng.Int64N(int64(ceil) + 1))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // OrphanTTL is how long a handed-over outcome waits for the key's next
@@ -14,7 +16,7 @@ import (
 // so the outcome is dropped rather than kept for the life of the process.
 const OrphanTTL = 10 * time.Minute
 
-// Calls is the registry of executor calls in flight in one process, shared
+// Calls is the registry of effect calls in flight in one process, shared
 // by every Runner of a Worker (a Runner without one gets its own).
 //
 // It exists for a partition revoked and assigned again in the same process:
@@ -53,7 +55,7 @@ type Orphan struct {
 	Scope string
 	// N is the attempt's number in that ledger entry.
 	N      int
-	Result Result
+	Result effect.Result
 	at     time.Time // when handed over
 }
 

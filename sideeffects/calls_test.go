@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/sideeffects/effect"
+	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
 func TestCallsOneHolderPerKey(t *testing.T) {
@@ -63,7 +66,7 @@ func TestCallsHandOver(t *testing.T) {
 	ctx := context.Background()
 
 	s, _ := c.Acquire(ctx, "k")
-	s.HandOver(Orphan{Scope: "p0", N: 3, Result: Result{Outcome: OutcomeSucceeded, StatusCode: 201}})
+	s.HandOver(Orphan{Scope: "p0", N: 3, Result: effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 201}})
 	s.Release() // after HandOver: a no-op
 
 	s, _ = c.Acquire(ctx, "k")
@@ -98,11 +101,11 @@ func TestCallsHandOver(t *testing.T) {
 // revocableStore refuses every update once revoked, as the worker's
 // taskStore does for the Runner of a revoked partition (workerTask.revoked).
 type revocableStore struct {
-	*MemStore
+	*sideeffectstest.MemStore
 	revoked atomic.Bool
 }
 
-func (s *revocableStore) Update(fn func(*Ledger) error) error {
+func (s *revocableStore) Update(fn func(*effect.Ledger) error) error {
 	if s.revoked.Load() {
 		return ErrRevoked
 	}
@@ -134,20 +137,20 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rc := NewIdemReceiver(t, func() time.Duration { return tc.delay })
-			mem := NewMemStore()
+			rc := sideeffectstest.NewIdemReceiver(t, func() time.Duration { return tc.delay })
+			mem := sideeffectstest.NewMemStore()
 			calls := NewCalls()
 			newRunner := func(s Store) *Runner {
-				wh := &Webhook{URL: rc.URL, Timeout: longTimeout}
-				var ex Executor = wh
+				wh := &webhook.Client{URL: rc.URL, Timeout: longTimeout}
+				var ex Caller = wh
 				if tc.overrun {
-					ex = executorFunc(func(ctx context.Context, in Intent, body []byte) Result {
-						return wh.Execute(context.WithoutCancel(ctx), in, body)
+					ex = callerFunc(func(ctx context.Context, in effect.Intent, body []byte) effect.Result {
+						return wh.Call(context.WithoutCancel(ctx), in, body)
 					})
 				}
 				r, err := NewRunner(RunnerConfig{
 					Store:   s,
-					Effects: map[string]Effect{"fx": {Executor: ex, Timeout: tc.timeout, OnUnknown: config.OnUnknownRetry}},
+					Effects: map[string]Effect{"fx": {Caller: ex, Timeout: tc.timeout, OnUnknown: config.OnUnknownRetry}},
 					Backoff: quickBackoff, Calls: calls, Scope: "p0",
 				})
 				if err != nil {
@@ -161,7 +164,7 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 			ctx, revoke := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- r1.Run(ctx) }()
-			if _, _, err := r1.Offer(testIntent(t, "k", "fx", "p").Value); err != nil {
+			if _, _, err := r1.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "the first call to reach the receiver", func() bool { return rc.Key("k").Open > 0 })
@@ -170,7 +173,7 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 
 			r2 := newRunner(&revocableStore{MemStore: mem})
 			runRunner(t, r2)
-			var e Entry
+			var e effect.Entry
 			waitFor(t, "an outcome", func() bool {
 				e = entry(t, mem, "k")
 				return e.Status.Terminal()
@@ -185,7 +188,7 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 			if k.Requests != 1 || k.Created != 1 {
 				t.Errorf("the receiver saw %d requests (%d applying), want 1", k.Requests, k.Created)
 			}
-			if e = entry(t, mem, "k"); e.Status != Succeeded || e.Attempts != 1 || e.Ref != "ref-k" {
+			if e = entry(t, mem, "k"); e.Status != effect.Succeeded || e.Attempts != 1 || e.Ref != "ref-k" {
 				t.Errorf("ledger: %v after %d attempts, ref %q; want succeeded after 1; history %+v", e.Status, e.Attempts, e.Ref, e.History)
 			}
 			calls.mu.Lock()

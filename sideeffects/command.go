@@ -11,6 +11,7 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/command"
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // HeaderCommand marks a record on the effects topic that is an operator
@@ -26,12 +27,12 @@ const HeaderCommand = command.Header
 // (Attempt, Result, As, Next): the new owner records it (Ledger.Settle)
 // instead of calling the key again once the attempt's deadline passed.
 type Command struct {
-	Op      string    `json:"op"` // "resolve" | "outcome"
-	As      string    `json:"as"` // succeeded | failed (| pending | unknown for an outcome)
-	Note    string    `json:"note,omitempty"`
-	Attempt int       `json:"attempt,omitempty"`
-	Result  *Attempt  `json:"result,omitempty"`
-	Next    time.Time `json:"next,omitzero"`
+	Op      string          `json:"op"` // "resolve" | "outcome"
+	As      string          `json:"as"` // succeeded | failed (| pending | unknown for an outcome)
+	Note    string          `json:"note,omitempty"`
+	Attempt int             `json:"attempt,omitempty"`
+	Result  *effect.Attempt `json:"result,omitempty"`
+	Next    time.Time       `json:"next,omitzero"`
 }
 
 // Command ops.
@@ -53,7 +54,7 @@ func (w *Worker) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
 		return nil
 	}
-	as, err := ParseStatus(c.As)
+	as, err := effect.ParseStatus(c.As)
 	if err != nil {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
 		return nil
@@ -62,7 +63,7 @@ func (w *Worker) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		return w.settleReport(b, t, r, c, as)
 	}
 	ov := staging.New(b.Txn)
-	e, err := NewLedger(ov, t.Prefix).Resolve(string(r.Key), as, c.Note, b.Now)
+	e, err := effect.NewLedger(ov, t.Prefix).Resolve(string(r.Key), as, c.Note, b.Now)
 	if err != nil {
 		// Not unknown (or no such key): the command is refused, recorded.
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, "resolve refused: "+err.Error())
@@ -80,15 +81,15 @@ func (w *Worker) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 // c.Attempt of a key (see Command). A report the ledger has moved past – the
 // outcome was recorded already, or the key was tried again – changes
 // nothing: the attempt it describes is no longer the open one.
-func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Command, as Status) error {
+func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Command, as effect.Status) error {
 	if c.Result == nil || c.Attempt < 1 {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, "outcome report without attempt or result")
 		return nil
 	}
 	ov := staging.New(b.Txn)
-	e, err := NewLedger(ov, t.Prefix).Settle(string(r.Key), c.Attempt, *c.Result, as, c.Next)
+	e, err := effect.NewLedger(ov, t.Prefix).Settle(string(r.Key), c.Attempt, *c.Result, as, c.Next)
 	switch {
-	case errors.Is(err, ErrIllegalTransition) || errors.Is(err, ErrNotFound):
+	case errors.Is(err, effect.ErrIllegalTransition) || errors.Is(err, effect.ErrNotFound):
 		w.cfg.Logger.Debug("outcome report no longer applies", "key", string(r.Key), "attempt", c.Attempt, "err", err)
 		return nil
 	case err != nil:
@@ -110,7 +111,7 @@ func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Comman
 // could not record, to the key's partition (see Command). Best effort: if it
 // is lost, the new owner retries the key after the attempt's deadline, with
 // the same idempotency key.
-func (w *Worker) report(key string, n int, a Attempt, to Status, next time.Time) {
+func (w *Worker) report(key string, n int, a effect.Attempt, to effect.Status, next time.Time) {
 	w.reportMu.Lock()
 	cl := w.reporter
 	w.reportMu.Unlock()

@@ -1,32 +1,42 @@
-// Package sideeffects turns side-effect intents into at most one external call
-// success per idempotency key: the rules that derive intents from applied
-// events, the keyed ledger that records every key's life, the webhook
-// executor, and the Runner that drives pending keys to an outcome.
+// Package sideeffects is the side-effect executor runtime: the process role
+// that turns side-effect intents into at most one external call success per
+// idempotency key. Worker is the loop over the effects topic, exactly-once
+// with the ledger's changelog; it runs one Runner per owned partition, which
+// drives that partition's pending keys to an outcome through each effect's
+// Caller; Calls is the registry of the calls in flight in the process.
+//
+// The other layers live in their own packages: the pure domain (intents,
+// rules, the keyed ledger, statuses) in sideeffects/effect, the webhook
+// Caller in sideeffects/webhook, test doubles in sideeffects/sideeffectstest;
+// the operator's ledger reader and resolve command in internal/operator/ops.
 //
 // The pieces, in the order a key meets them:
 //
-//   - Rules derives intents (effect name + idempotency key) from an applied
-//     event; IntentValue builds the record value produced to the intents topic
-//     (docs/contract.md#side-effect-intents-topic) and ParseIntent reads it
-//     back.
-//   - Ledger.Offer records a key as pending the first time it is seen. Every
-//     later offer of the same key, from a redelivery or from another
-//     projection, is a duplicate and changes nothing.
-//   - The Runner marks a due key in-flight, and only once that is durably
-//     committed calls the Executor (the Webhook), then records the outcome.
+//   - The processor produces an intent (effect.IntentValue) to the effects
+//     topic in the transaction that applies its event.
+//   - The Worker consumes it and offers it to the partition's ledger
+//     (effect.Ledger.Offer) inside its own transaction: the first offer of a
+//     key records it pending, every later one is a duplicate. An operator's
+//     resolve and a revoked Runner's outcome report arrive the same way, as
+//     Command records.
+//   - The partition's Runner marks a due key in-flight, and only once that
+//     is durably committed calls the effect's Caller (a webhook.Client), then
+//     records the outcome, each ledger update committed through the Worker's
+//     loop (updates.go).
 //
 // Invariants (named in docs/design.md#invariants):
 //
-//   - one-success-per-key: at most one success per key, ever. A key whose
-//     entry is succeeded or failed is terminal: every ledger transition out
-//     of it is refused, so it is never executed again, whatever is offered,
-//     enqueued or restarted.
+//   - one-success-per-key: at most one success per key, ever. The ledger
+//     refuses every transition out of a terminal entry (package effect), and
+//     the Runner starts a key only through the ledger, so a succeeded or
+//     failed key is never executed again, whatever is offered, enqueued or
+//     restarted.
 //   - in-flight-before-call: the transition to in-flight is committed
-//     (Store.Update returned nil) before the executor is called. A process
-//     that stops between the call and the recording of its outcome leaves the
-//     entry in-flight; Ledger.Recover, run before any execution, turns every
-//     in-flight entry into unknown, because the call may or may not have taken
-//     effect.
+//     (Store.Update returned nil) before the Caller is called. A process that
+//     stops between the call and the recording of its outcome leaves the
+//     entry in-flight; the Runner's Run begins with Ledger.Recover, which
+//     turns every in-flight entry into unknown, because the call may or may
+//     not have taken effect.
 //   - unknown-never-guessed: an unknown entry is either retried with the
 //     same idempotency key (onUnknown: retry, for receivers that honour
 //     Idempotency-Key) or parked until an operator resolves it
@@ -42,11 +52,11 @@
 //   - ledger-is-authority: the ledger is the only authority. The Runner's
 //     in-memory schedule is a hint; every execution decision is re-read from
 //     the ledger inside the transaction that starts the attempt, so stale or
-//     duplicate schedule entries are harmless.
-//   - staged-writes-only: the ledger reads and writes only through the KV it
-//     is given (a staged state.Txn in the processor), so none of its writes
-//     outlives an aborted Kafka transaction, and all of them reach the
-//     changelog.
+//     duplicate schedule entries are harmless; and a Runner starts only once
+//     its partition's store agrees with the changelog (verification).
+//   - staged-writes-only: every ledger update goes through a staged overlay
+//     of the loop's state.Txn, so none of its writes outlives an aborted
+//     Kafka transaction, and all of them reach the changelog.
 //   - one-call-in-flight-per-key: one call per key at a time in a process. A
 //     Runner holds the key's slot in Calls, shared by a Worker's Runners,
 //     from before it commits the in-flight mark until it has recorded the
@@ -62,6 +72,5 @@
 //     the same idempotency key after the attempt's deadline.
 //
 // Rebuild mode (docs/design.md#no-effects-in-rebuild) is the caller's
-// concern: in rebuild the processor neither produces intents nor runs a
-// Runner.
+// concern: in rebuild the processor produces no intents and no Worker runs.
 package sideeffects

@@ -14,10 +14,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
+	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
 // logTally counts log messages (a worker's logger), and keeps the warnings
@@ -83,7 +87,7 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 	if err := testkit.CreateTopic(ctx, brokers, topic, 2); err != nil {
 		t.Fatal(err)
 	}
-	rc := sideeffects.NewIdemReceiver(t, func() time.Duration {
+	rc := sideeffectstest.NewIdemReceiver(t, func() time.Duration {
 		return time.Duration(500+rand.IntN(1500)) * time.Millisecond
 	})
 	// Twice the slowest answer: every outcome is known unless a revoke
@@ -92,18 +96,18 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 	const timeout = 4 * time.Second
 	effects := func(id string) map[string]sideeffects.Effect {
 		return map[string]sideeffects.Effect{"notify": {
-			Executor: &sideeffects.Webhook{URL: rc.URL + "/" + id, Timeout: timeout}, Timeout: timeout,
+			Caller: &webhook.Client{URL: rc.URL + "/" + id, Timeout: timeout}, Timeout: timeout,
 			MaxAttempts: 50, OnUnknown: config.OnUnknownRetry,
 		}}
 	}
 
 	logs := &logTally{n: map[string]int{}}
 	var recovered, failed atomic.Int64
-	onChange := func(e sideeffects.Entry) {
+	onChange := func(e effect.Entry) {
 		switch {
-		case e.Status == sideeffects.Failed:
+		case e.Status == effect.Failed:
 			failed.Add(1)
-		case e.Status == sideeffects.Unknown && len(e.History) > 0 && strings.HasPrefix(e.History[len(e.History)-1].Error, "recovered"):
+		case e.Status == effect.Unknown && len(e.History) > 0 && strings.HasPrefix(e.History[len(e.History)-1].Error, "recovered"):
 			recovered.Add(1)
 		}
 	}
@@ -232,9 +236,9 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 	want := append([]string(nil), keys...)
 	keysMu.Unlock()
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
-	var ledger []sideeffects.Entry
+	var ledger []effect.Entry
 	waitFor(t, time.Minute, "every key to settle", func() bool {
-		if ledger, err = sideeffects.ReadLedger(ctx, opts, "fx", topic); err != nil {
+		if ledger, err = ops.ReadLedger(ctx, opts, "fx", topic); err != nil {
 			t.Fatal(err)
 		}
 		n := 0
@@ -247,7 +251,7 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 	})
 	stop(w1)
 
-	byKey := make(map[string]sideeffects.Entry, len(ledger))
+	byKey := make(map[string]effect.Entry, len(ledger))
 	for _, e := range ledger {
 		byKey[e.Key] = e
 	}
@@ -260,7 +264,7 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		if k.MaxOpen > 1 || k.Conflicts > 0 {
 			t.Errorf("key %s: the receiver had %d requests open at once (%d answered 409)", key, k.MaxOpen, k.Conflicts)
 		}
-		if e.Status != sideeffects.Succeeded {
+		if e.Status != effect.Succeeded {
 			t.Errorf("key %s: %v after %d attempts; history %+v", key, e.Status, e.Attempts, e.History)
 		}
 		if k.Created != 1 {

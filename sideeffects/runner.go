@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // Runner drives ledger entries to an outcome: it starts due pending entries
 // (and unknown ones under onUnknown: retry), at most Workers at a time,
-// calls their executor and records the result, retrying with backoff.
+// calls their effect (its Caller) and records the result, retrying with
+// backoff.
 //
 // Order per attempt, which is what makes in-flight-before-call hold
 // (docs/design.md#in-flight-before-call):
@@ -19,7 +22,7 @@ import (
 //     process still has a call for it; if that Runner handed its outcome
 //     over, record it (Ledger.Settle) and stop here.
 //  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
-//  2. Only then call the executor, until the attempt's deadline (its start
+//  2. Only then call the effect, until the attempt's deadline (its start
 //     plus Effect.Timeout).
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
 //     unknown). Commit. If that fails (the partition was revoked), hand the
@@ -34,8 +37,8 @@ import (
 //
 // Store errors are fatal to Run: without the store the Runner can neither
 // guarantee in-flight-before-call nor record outcomes, and the restart's
-// Recover puts things right. In the processor there is one Runner per
-// effects-topic partition, run while the partition is assigned.
+// Recover puts things right. A Worker runs one Runner per owned
+// effects-topic partition, while the partition is assigned.
 type Runner struct {
 	cfg  RunnerConfig
 	wake chan struct{}
@@ -65,17 +68,17 @@ func (r *Runner) Enqueue(key string) { r.schedule(key, time.Time{}) }
 // transaction and enqueues the key if it is new. The processor offers
 // inside its consume transactions instead (and calls Enqueue); Offer serves
 // tools and tests.
-func (r *Runner) Offer(value []byte) (e Entry, dup bool, err error) {
-	in, err := ParseIntent(value)
+func (r *Runner) Offer(value []byte) (e effect.Entry, dup bool, err error) {
+	in, err := effect.ParseIntent(value)
 	if err != nil {
-		return Entry{}, false, err
+		return effect.Entry{}, false, err
 	}
-	err = r.cfg.Store.Update(func(l *Ledger) error {
+	err = r.cfg.Store.Update(func(l *effect.Ledger) error {
 		e, dup, err = l.Offer(in, r.cfg.Now())
 		return err
 	})
 	if err != nil {
-		return Entry{}, false, err
+		return effect.Entry{}, false, err
 	}
 	if !dup {
 		r.Enqueue(in.Key)
@@ -84,9 +87,9 @@ func (r *Runner) Offer(value []byte) (e Entry, dup bool, err error) {
 }
 
 // Resolve settles an unknown key by hand (see Ledger.Resolve).
-func (r *Runner) Resolve(key string, outcome Status, note string) (Entry, error) {
-	var e Entry
-	err := r.cfg.Store.Update(func(l *Ledger) (err error) {
+func (r *Runner) Resolve(key string, outcome effect.Status, note string) (effect.Entry, error) {
+	var e effect.Entry
+	err := r.cfg.Store.Update(func(l *effect.Ledger) (err error) {
 		e, err = l.Resolve(key, outcome, note, r.cfg.Now())
 		return err
 	})
@@ -112,8 +115,8 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	// Recover before anything is executed, and commit it: an in-flight entry
 	// from an earlier life must never be mistaken for one of ours.
-	var recovered []Entry
-	if err := r.cfg.Store.Update(func(l *Ledger) (err error) {
+	var recovered []effect.Entry
+	if err := r.cfg.Store.Update(func(l *effect.Ledger) (err error) {
 		recovered, err = l.Recover(r.cfg.Now())
 		return err
 	}); err != nil {
@@ -123,8 +126,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.cfg.Logger.Warn("side effect outcome unknown after restart", "key", e.Key, "effect", e.Effect, "attempts", e.Attempts)
 		r.changed(e)
 	}
-	if err := r.cfg.Store.View(func(l *Ledger) error {
-		return l.Scan(func(e Entry) error {
+	if err := r.cfg.Store.View(func(l *effect.Ledger) error {
+		return l.Scan(func(e effect.Entry) error {
 			if due, ok := r.runnable(e); ok {
 				r.schedule(e.Key, due)
 			}
@@ -187,7 +190,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *Runner) changed(e Entry) {
+func (r *Runner) changed(e effect.Entry) {
 	if r.cfg.OnChange != nil {
 		r.cfg.OnChange(e)
 	}

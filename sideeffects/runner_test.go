@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/sideeffects/effect"
+	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
 // hangTimeout is the webhook timeout where a test wants it to expire (the
@@ -37,7 +40,7 @@ func newTestRunnerTimeout(t *testing.T, store Store, rc *receiver, onUnknown str
 	r, err := NewRunner(RunnerConfig{
 		Store: store,
 		Effects: map[string]Effect{"fx": {
-			Executor:    &Webhook{URL: rc.srv.URL + "/notify", Timeout: timeout},
+			Caller:      &webhook.Client{URL: rc.srv.URL + "/notify", Timeout: timeout},
 			MaxAttempts: maxAttempts, OnUnknown: onUnknown,
 		}},
 		Workers: workers,
@@ -49,10 +52,10 @@ func newTestRunnerTimeout(t *testing.T, store Store, rc *receiver, onUnknown str
 	return r
 }
 
-func entry(t *testing.T, s Store, key string) Entry {
+func entry(t *testing.T, s Store, key string) effect.Entry {
 	t.Helper()
-	var e Entry
-	if err := s.View(func(l *Ledger) (err error) {
+	var e effect.Entry
+	if err := s.View(func(l *effect.Ledger) (err error) {
 		e, _, err = l.Get(key)
 		return err
 	}); err != nil {
@@ -61,9 +64,9 @@ func entry(t *testing.T, s Store, key string) Entry {
 	return e
 }
 
-func waitStatus(t *testing.T, s Store, key string, want Status) Entry {
+func waitStatus(t *testing.T, s Store, key string, want effect.Status) effect.Entry {
 	t.Helper()
-	var e Entry
+	var e effect.Entry
 	waitFor(t, fmt.Sprintf("%s to be %v", key, want), func() bool {
 		e = entry(t, s, key)
 		return e.Status == want
@@ -79,44 +82,44 @@ func TestRunnerScenarios(t *testing.T) {
 		b         behaviour
 		onUnknown string
 		max       int
-		status    Status
+		status    effect.Status
 		attempts  int
 		requests  int
 		applied   int
-		outcomes  []Outcome
+		outcomes  []effect.Outcome
 		ref       string
 		timeout   time.Duration // 0: longTimeout
 	}{
-		{name: "succeed", status: Succeeded, attempts: 1, requests: 1, applied: 1,
-			outcomes: []Outcome{OutcomeSucceeded}, ref: "ref-k"},
-		{name: "5xx twice then succeed", b: failTimes(2, 503), status: Succeeded, attempts: 3, requests: 3, applied: 1,
-			outcomes: []Outcome{OutcomeRetryable, OutcomeRetryable, OutcomeSucceeded}, ref: "ref-k"},
-		{name: "5xx until maxAttempts", b: failTimes(100, 500), max: 3, status: Failed, attempts: 3, requests: 3,
-			outcomes: []Outcome{OutcomeRetryable, OutcomeRetryable, OutcomeRetryable}},
-		{name: "400 is terminal", b: failTimes(100, 400), status: Failed, attempts: 1, requests: 1,
-			outcomes: []Outcome{OutcomeFailed}},
+		{name: "succeed", status: effect.Succeeded, attempts: 1, requests: 1, applied: 1,
+			outcomes: []effect.Outcome{effect.OutcomeSucceeded}, ref: "ref-k"},
+		{name: "5xx twice then succeed", b: failTimes(2, 503), status: effect.Succeeded, attempts: 3, requests: 3, applied: 1,
+			outcomes: []effect.Outcome{effect.OutcomeRetryable, effect.OutcomeRetryable, effect.OutcomeSucceeded}, ref: "ref-k"},
+		{name: "5xx until maxAttempts", b: failTimes(100, 500), max: 3, status: effect.Failed, attempts: 3, requests: 3,
+			outcomes: []effect.Outcome{effect.OutcomeRetryable, effect.OutcomeRetryable, effect.OutcomeRetryable}},
+		{name: "400 is terminal", b: failTimes(100, 400), status: effect.Failed, attempts: 1, requests: 1,
+			outcomes: []effect.Outcome{effect.OutcomeFailed}},
 		{name: "hang past timeout, retry with same key", b: hangFirst(1), onUnknown: config.OnUnknownRetry, timeout: hangTimeout,
-			status: Succeeded, attempts: 2, requests: 2, applied: 1,
-			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
+			status: effect.Succeeded, attempts: 2, requests: 2, applied: 1,
+			outcomes: []effect.Outcome{effect.OutcomeUnknown, effect.OutcomeSucceeded}, ref: "ref-k"},
 		{name: "hang past timeout, park", b: hangFirst(1), onUnknown: config.OnUnknownPark, timeout: hangTimeout,
-			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
+			status: effect.Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []effect.Outcome{effect.OutcomeUnknown}},
 		{name: "connection dropped, retry with same key", b: dropFirst(1), onUnknown: config.OnUnknownRetry, timeout: retryTimeout,
-			status: Succeeded, attempts: 2, requests: 2, applied: 1,
-			outcomes: []Outcome{OutcomeUnknown, OutcomeSucceeded}, ref: "ref-k"},
+			status: effect.Succeeded, attempts: 2, requests: 2, applied: 1,
+			outcomes: []effect.Outcome{effect.OutcomeUnknown, effect.OutcomeSucceeded}, ref: "ref-k"},
 		{name: "connection dropped, park", b: dropFirst(1), onUnknown: config.OnUnknownPark,
-			status: Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []Outcome{OutcomeUnknown}},
+			status: effect.Unknown, attempts: 1, requests: 1, applied: 1, outcomes: []effect.Outcome{effect.OutcomeUnknown}},
 		{name: "unknown every time stays unknown after maxAttempts", b: dropFirst(100), onUnknown: config.OnUnknownRetry, max: 3, timeout: retryTimeout,
-			status: Unknown, attempts: 3, requests: 3, applied: 1,
-			outcomes: []Outcome{OutcomeUnknown, OutcomeUnknown, OutcomeUnknown}},
+			status: effect.Unknown, attempts: 3, requests: 3, applied: 1,
+			outcomes: []effect.Outcome{effect.OutcomeUnknown, effect.OutcomeUnknown, effect.OutcomeUnknown}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rc := newReceiver(t, tc.b)
-			store := NewMemStore()
+			store := sideeffectstest.NewMemStore()
 			timeout := cmp.Or(tc.timeout, longTimeout)
 			r := newTestRunnerTimeout(t, store, rc, tc.onUnknown, tc.max, 2, timeout)
 			stop := runRunner(t, r)
-			in := testIntent(t, "k", "fx", "p")
+			in := sideeffectstest.Intent(t, "k", "fx", "p")
 			if _, dup, err := r.Offer(in.Value); err != nil || dup {
 				t.Fatalf("offer: %v %v", dup, err)
 			}
@@ -133,7 +136,7 @@ func TestRunnerScenarios(t *testing.T) {
 				t.Fatalf("status %v attempts %d ref %q; receiver requests %d applied %d; want %v %d %q; %d %d",
 					e.Status, e.Attempts, e.Ref, req, app, tc.status, tc.attempts, tc.ref, tc.requests, tc.applied)
 			}
-			var got []Outcome
+			var got []effect.Outcome
 			for _, a := range e.History {
 				got = append(got, a.Outcome)
 				if a.Duration <= 0 || a.Start.IsZero() {
@@ -152,11 +155,11 @@ func TestRunnerScenarios(t *testing.T) {
 func TestRunnerDuplicates(t *testing.T) {
 	rc := newReceiver(t, nil)
 	rc.delay = 20 * time.Millisecond // keep the first call in flight while duplicates arrive
-	store := NewMemStore()
+	store := sideeffectstest.NewMemStore()
 	r := newTestRunner(t, store, rc, "", 0, 4)
 	runRunner(t, r)
-	a := testIntent(t, "k", "fx", "proj-a")
-	b := testIntent(t, "k", "fx", "proj-b")
+	a := sideeffectstest.Intent(t, "k", "fx", "proj-a")
+	b := sideeffectstest.Intent(t, "k", "fx", "proj-b")
 	if _, dup, _ := r.Offer(a.Value); dup {
 		t.Fatal("first offer is a duplicate")
 	}
@@ -166,7 +169,7 @@ func TestRunnerDuplicates(t *testing.T) {
 		}
 		r.Enqueue("k")
 	}
-	e := waitStatus(t, store, "k", Succeeded)
+	e := waitStatus(t, store, "k", effect.Succeeded)
 	time.Sleep(30 * time.Millisecond)
 	if req, _ := rc.counts("k"); req != 1 || e.Attempts != 1 {
 		t.Fatalf("requests %d attempts %d", req, e.Attempts)
@@ -182,12 +185,12 @@ func TestRunnerDuplicates(t *testing.T) {
 // a restart.
 func TestRunnerSucceededNeverAgain(t *testing.T) {
 	rc := newReceiver(t, nil)
-	store := NewMemStore()
+	store := sideeffectstest.NewMemStore()
 	r := newTestRunner(t, store, rc, "", 0, 2)
 	stop := runRunner(t, r)
-	in := testIntent(t, "k", "fx", "p")
+	in := sideeffectstest.Intent(t, "k", "fx", "p")
 	r.Offer(in.Value)
-	waitStatus(t, store, "k", Succeeded)
+	waitStatus(t, store, "k", effect.Succeeded)
 	for range 5 {
 		r.Enqueue("k")
 		r.Offer(in.Value)
@@ -203,10 +206,10 @@ func TestRunnerSucceededNeverAgain(t *testing.T) {
 	if req, _ := rc.counts("k"); req != 1 {
 		t.Fatalf("receiver saw %d requests for a succeeded key", req)
 	}
-	if e := entry(t, store, "k"); e.Status != Succeeded || e.Attempts != 1 {
+	if e := entry(t, store, "k"); e.Status != effect.Succeeded || e.Attempts != 1 {
 		t.Fatalf("entry %+v", e)
 	}
-	if _, err := r2.Resolve("k", Failed, "no"); !errors.Is(err, ErrIllegalTransition) {
+	if _, err := r2.Resolve("k", effect.Failed, "no"); !errors.Is(err, effect.ErrIllegalTransition) {
 		t.Fatalf("resolve of a succeeded key: %v", err)
 	}
 }
@@ -214,10 +217,10 @@ func TestRunnerSucceededNeverAgain(t *testing.T) {
 // crashAfterCall leaves the ledger as a process that died during its call
 // would: the key offered, started (in-flight committed), the receiver
 // already reached, the outcome never recorded.
-func crashAfterCall(t *testing.T, store *MemStore, rc *receiver, key string) {
+func crashAfterCall(t *testing.T, store *sideeffectstest.MemStore, rc *receiver, key string) {
 	t.Helper()
-	in := testIntent(t, key, "fx", "p")
-	if err := store.Update(func(l *Ledger) error {
+	in := sideeffectstest.Intent(t, key, "fx", "p")
+	if err := store.Update(func(l *effect.Ledger) error {
 		if _, _, err := l.Offer(in, t0); err != nil {
 			return err
 		}
@@ -226,49 +229,49 @@ func crashAfterCall(t *testing.T, store *MemStore, rc *receiver, key string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	res := (&Webhook{URL: rc.srv.URL}).Execute(context.Background(), in, in.Value)
-	if res.Outcome != OutcomeSucceeded {
+	res := (&webhook.Client{URL: rc.srv.URL}).Call(context.Background(), in, in.Value)
+	if res.Outcome != effect.OutcomeSucceeded {
 		t.Fatalf("pre-crash call: %v", res.Outcome)
 	}
 }
 
 func TestRunnerCrashRecoveryRetry(t *testing.T) {
 	rc := newReceiver(t, nil)
-	store := NewMemStore()
+	store := sideeffectstest.NewMemStore()
 	crashAfterCall(t, store, rc, "k")
 
 	var sawUnknown atomic.Bool
 	r, err := NewRunner(RunnerConfig{
 		Store:    store,
-		Effects:  map[string]Effect{"fx": {Executor: &Webhook{URL: rc.srv.URL, Timeout: longTimeout}, OnUnknown: config.OnUnknownRetry}},
+		Effects:  map[string]Effect{"fx": {Caller: &webhook.Client{URL: rc.srv.URL, Timeout: longTimeout}, OnUnknown: config.OnUnknownRetry}},
 		Backoff:  quickBackoff,
-		OnChange: func(e Entry) { sawUnknown.CompareAndSwap(false, e.Status == Unknown) },
+		OnChange: func(e effect.Entry) { sawUnknown.CompareAndSwap(false, e.Status == effect.Unknown) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runRunner(t, r)
-	e := waitStatus(t, store, "k", Succeeded)
+	e := waitStatus(t, store, "k", effect.Succeeded)
 	req, app := rc.counts("k")
-	if req != 2 || app != 1 || e.Attempts != 2 || e.History[0].Outcome != OutcomeUnknown || !sawUnknown.Load() {
+	if req != 2 || app != 1 || e.Attempts != 2 || e.History[0].Outcome != effect.OutcomeUnknown || !sawUnknown.Load() {
 		t.Fatalf("requests %d applied %d attempts %d history %+v unknown seen %v", req, app, e.Attempts, e.History, sawUnknown.Load())
 	}
 }
 
 func TestRunnerCrashRecoveryPark(t *testing.T) {
 	rc := newReceiver(t, nil)
-	store := NewMemStore()
+	store := sideeffectstest.NewMemStore()
 	crashAfterCall(t, store, rc, "k")
 	r := newTestRunner(t, store, rc, config.OnUnknownPark, 0, 2)
 	runRunner(t, r)
-	waitStatus(t, store, "k", Unknown)
+	waitStatus(t, store, "k", effect.Unknown)
 	r.Enqueue("k") // parked: an enqueue does not un-park it
 	time.Sleep(50 * time.Millisecond)
 	if req, _ := rc.counts("k"); req != 1 {
 		t.Fatalf("parked key was called again: %d requests", req)
 	}
-	e, err := r.Resolve("k", Succeeded, "receiver shows it applied")
-	if err != nil || e.Status != Succeeded || e.Resolution == nil || e.Resolution.Outcome != Succeeded {
+	e, err := r.Resolve("k", effect.Succeeded, "receiver shows it applied")
+	if err != nil || e.Status != effect.Succeeded || e.Resolution == nil || e.Resolution.Outcome != effect.Succeeded {
 		t.Fatalf("resolve: %+v %v", e, err)
 	}
 	r.Enqueue("k")
@@ -303,10 +306,10 @@ func TestUnknownWaitsForDeadline(t *testing.T) {
 				mu.Unlock()
 				return tc.b != nil && tc.b(rc, w, r, key, n)
 			})
-			store := NewMemStore()
-			in := testIntent(t, "k", "fx", "p")
+			store := sideeffectstest.NewMemStore()
+			in := sideeffectstest.Intent(t, "k", "fx", "p")
 			if tc.prev {
-				if err := store.Update(func(l *Ledger) error {
+				if err := store.Update(func(l *effect.Ledger) error {
 					l.Offer(in, time.Now())
 					_, err := l.Start("k", time.Now())
 					return err
@@ -319,8 +322,8 @@ func TestUnknownWaitsForDeadline(t *testing.T) {
 			if !tc.prev {
 				r.Offer(in.Value)
 			}
-			e := waitStatus(t, store, "k", Succeeded)
-			if e.Attempts != 2 || e.History[0].Outcome != OutcomeUnknown {
+			e := waitStatus(t, store, "k", effect.Succeeded)
+			if e.Attempts != 2 || e.History[0].Outcome != effect.OutcomeUnknown {
 				t.Fatalf("entry %+v", e)
 			}
 			mu.Lock()
@@ -344,17 +347,17 @@ func TestUnknownWaitsForDeadline(t *testing.T) {
 // timeout counted from a later moment: the deadline is what another Runner
 // waits for before it retries.
 func TestCallBoundedByDeadline(t *testing.T) {
-	store := NewMemStore()
+	store := sideeffectstest.NewMemStore()
 	var deadline time.Time
 	var bounded bool
-	probe := executorFunc(func(ctx context.Context, in Intent, body []byte) Result {
+	probe := callerFunc(func(ctx context.Context, in effect.Intent, body []byte) effect.Result {
 		deadline, bounded = ctx.Deadline()
-		return Result{Outcome: OutcomeSucceeded}
+		return effect.Result{Outcome: effect.OutcomeSucceeded}
 	})
-	r, _ := NewRunner(RunnerConfig{Store: store, Effects: map[string]Effect{"fx": {Executor: probe, Timeout: 250 * time.Millisecond}}})
+	r, _ := NewRunner(RunnerConfig{Store: store, Effects: map[string]Effect{"fx": {Caller: probe, Timeout: 250 * time.Millisecond}}})
 	runRunner(t, r)
-	r.Offer(testIntent(t, "k", "fx", "p").Value)
-	e := waitStatus(t, store, "k", Succeeded)
+	r.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value)
+	e := waitStatus(t, store, "k", effect.Succeeded)
 	// Not to the nanosecond: the Runner reads its clock twice.
 	if want := e.History[0].Start.Add(250 * time.Millisecond); !bounded || deadline.Sub(want).Abs() > 50*time.Millisecond {
 		t.Fatalf("call deadline %v (set %v), want the attempt's start + timeout %v", deadline, bounded, want)
@@ -365,24 +368,24 @@ func TestCallBoundedByDeadline(t *testing.T) {
 func TestRunnerConcurrency(t *testing.T) {
 	rc := newReceiver(t, nil)
 	rc.delay = 5 * time.Millisecond
-	store := NewMemStore()
+	store := sideeffectstest.NewMemStore()
 	r := newTestRunner(t, store, rc, "", 0, 3)
 	const n = 30
 	// Half offered before Run (picked up by the initial scan), half after.
 	for i := range n / 2 {
-		if _, _, err := r.Offer(testIntent(t, fmt.Sprintf("k%02d", i), "fx", "p").Value); err != nil {
+		if _, _, err := r.Offer(sideeffectstest.Intent(t, fmt.Sprintf("k%02d", i), "fx", "p").Value); err != nil {
 			t.Fatal(err)
 		}
 	}
 	runRunner(t, r)
 	var wg sync.WaitGroup
 	for i := n / 2; i < n; i++ {
-		wg.Go(func() { r.Offer(testIntent(t, fmt.Sprintf("k%02d", i), "fx", "p").Value) })
+		wg.Go(func() { r.Offer(sideeffectstest.Intent(t, fmt.Sprintf("k%02d", i), "fx", "p").Value) })
 	}
 	wg.Wait()
 	waitFor(t, "all succeeded", func() bool {
-		var es []Entry
-		store.View(func(l *Ledger) (err error) { es, err = l.List(Succeeded); return err })
+		var es []effect.Entry
+		store.View(func(l *effect.Ledger) (err error) { es, err = l.List(effect.Succeeded); return err })
 		return len(es) == n
 	})
 	if got := rc.totalRequests(); got != n {
@@ -400,16 +403,16 @@ func TestRunnerConcurrency(t *testing.T) {
 
 // failingStore fails every Update whose fn would start an attempt.
 type failingStore struct {
-	*MemStore
+	*sideeffectstest.MemStore
 	err error
 }
 
-func (s failingStore) Update(fn func(*Ledger) error) error {
-	return s.MemStore.Update(func(l *Ledger) error {
+func (s failingStore) Update(fn func(*effect.Ledger) error) error {
+	return s.MemStore.Update(func(l *effect.Ledger) error {
 		if err := fn(l); err != nil {
 			return err
 		}
-		if es, _ := l.List(InFlight); len(es) > 0 {
+		if es, _ := l.List(effect.InFlight); len(es) > 0 {
 			return s.err // the commit of the in-flight mark fails
 		}
 		return nil
@@ -421,50 +424,50 @@ func (s failingStore) Update(fn func(*Ledger) error) error {
 // If that commit fails, nothing is called and Run reports the error.
 func TestRunnerInFlightBeforeCall(t *testing.T) {
 	rc := newReceiver(t, nil)
-	store := NewMemStore()
+	store := sideeffectstest.NewMemStore()
 
 	// The committed state, as seen from inside the executor, is in-flight.
-	var seen Status
-	probe := executorFunc(func(ctx context.Context, in Intent, body []byte) Result {
+	var seen effect.Status
+	probe := callerFunc(func(ctx context.Context, in effect.Intent, body []byte) effect.Result {
 		seen = entry(t, store, in.Key).Status
-		return Result{Outcome: OutcomeSucceeded}
+		return effect.Result{Outcome: effect.OutcomeSucceeded}
 	})
-	r, _ := NewRunner(RunnerConfig{Store: store, Effects: map[string]Effect{"fx": {Executor: probe}}})
+	r, _ := NewRunner(RunnerConfig{Store: store, Effects: map[string]Effect{"fx": {Caller: probe}}})
 	stop := runRunner(t, r)
-	r.Offer(testIntent(t, "a", "fx", "p").Value)
-	waitStatus(t, store, "a", Succeeded)
+	r.Offer(sideeffectstest.Intent(t, "a", "fx", "p").Value)
+	waitStatus(t, store, "a", effect.Succeeded)
 	stop()
-	if seen != InFlight {
+	if seen != effect.InFlight {
 		t.Fatalf("executor saw committed status %v", seen)
 	}
 
 	boom := errors.New("commit failed")
-	fs := failingStore{MemStore: NewMemStore(), err: boom}
+	fs := failingStore{MemStore: sideeffectstest.NewMemStore(), err: boom}
 	r2 := newTestRunner(t, fs, rc, "", 0, 2)
-	r2.Offer(testIntent(t, "b", "fx", "p").Value)
+	r2.Offer(sideeffectstest.Intent(t, "b", "fx", "p").Value)
 	if err := r2.Run(context.Background()); !errors.Is(err, boom) {
 		t.Fatalf("Run = %v, want the store error", err)
 	}
 	if req, _ := rc.counts("b"); req != 0 {
 		t.Fatalf("executor called although the in-flight mark was not committed (%d requests)", req)
 	}
-	if e := entry(t, fs.MemStore, "b"); e.Status != Pending || e.Attempts != 0 {
+	if e := entry(t, fs.MemStore, "b"); e.Status != effect.Pending || e.Attempts != 0 {
 		t.Fatalf("entry after failed start: %+v", e)
 	}
 }
 
-type executorFunc func(ctx context.Context, in Intent, body []byte) Result
+type callerFunc func(ctx context.Context, in effect.Intent, body []byte) effect.Result
 
-func (f executorFunc) Execute(ctx context.Context, in Intent, body []byte) Result {
+func (f callerFunc) Call(ctx context.Context, in effect.Intent, body []byte) effect.Result {
 	return f(ctx, in, body)
 }
 
 func TestRunnerConfig(t *testing.T) {
 	for _, c := range []RunnerConfig{
 		{},
-		{Store: NewMemStore(), Workers: -1},
-		{Store: NewMemStore(), Effects: map[string]Effect{"x": {}}},
-		{Store: NewMemStore(), Effects: map[string]Effect{"x": {Executor: &Webhook{}, OnUnknown: "maybe"}}},
+		{Store: sideeffectstest.NewMemStore(), Workers: -1},
+		{Store: sideeffectstest.NewMemStore(), Effects: map[string]Effect{"x": {}}},
+		{Store: sideeffectstest.NewMemStore(), Effects: map[string]Effect{"x": {Caller: &webhook.Client{}, OnUnknown: "maybe"}}},
 	} {
 		if _, err := NewRunner(c); err == nil {
 			t.Errorf("NewRunner(%+v) accepted", c)
@@ -472,11 +475,11 @@ func TestRunnerConfig(t *testing.T) {
 	}
 	effects := EffectsFromConfig([]config.SideEffect{{Name: "a", Webhook: config.Webhook{URL: "http://h/x", Timeout: config.Duration(time.Second)},
 		MaxAttempts: 3, OnUnknown: config.OnUnknownPark}})
-	if e := effects["a"]; e.MaxAttempts != 3 || e.OnUnknown != config.OnUnknownPark || e.Executor.(*Webhook).Timeout != time.Second ||
+	if e := effects["a"]; e.MaxAttempts != 3 || e.OnUnknown != config.OnUnknownPark || e.Caller.(*webhook.Client).Timeout != time.Second ||
 		e.Timeout != time.Second {
 		t.Fatalf("EffectsFromConfig: %+v", e)
 	}
-	r, _ := NewRunner(RunnerConfig{Store: NewMemStore()})
+	r, _ := NewRunner(RunnerConfig{Store: sideeffectstest.NewMemStore()})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := r.Run(ctx); err != nil {

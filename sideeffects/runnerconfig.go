@@ -1,6 +1,7 @@
 package sideeffects
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/sideeffects/effect"
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
 // Store gives the Runner transactional access to one ledger (in the
@@ -21,23 +24,31 @@ type Store interface {
 	// writes may take effect. The Runner calls Update from several workers at
 	// once; an implementation serialises them (or commits a group of them in
 	// one transaction), and every fn must read what earlier Updates committed.
-	Update(fn func(*Ledger) error) error
+	Update(fn func(*effect.Ledger) error) error
 	// View runs fn on the latest committed state; writes are discarded.
-	View(fn func(*Ledger) error) error
+	View(fn func(*effect.Ledger) error) error
+}
+
+// Caller performs one call of a side effect (webhook.Client is the one the
+// executor configures). It must be safe for concurrent use and must send
+// in.Key as the idempotency key, so that a retry after an unknown outcome is
+// recognised by the receiver. The Runner bounds the call by ctx's deadline.
+type Caller interface {
+	Call(ctx context.Context, in effect.Intent, body []byte) effect.Result
 }
 
 // Effect is how the Runner executes one configured effect.
 type Effect struct {
-	Executor Executor
-	// MaxAttempts bounds the calls per key; default DefaultMaxAttempts.
+	Caller Caller
+	// MaxAttempts bounds the calls per key; default effect.DefaultMaxAttempts.
 	MaxAttempts int
-	// OnUnknown is OnUnknownRetry (default) or OnUnknownPark.
+	// OnUnknown is effect.OnUnknownRetry (default) or effect.OnUnknownPark.
 	OnUnknown string
 	// Timeout bounds one call: the Runner cancels it at the attempt's start
 	// (as recorded in the ledger) plus Timeout, and retries an unknown
 	// outcome no sooner than that deadline plus DeadlineMargin. Zero takes
-	// the executor's own timeout if it is a *Webhook with one, else
-	// DefaultWebhookTimeout.
+	// the caller's own timeout if it is a *webhook.Client with one, else
+	// webhook.DefaultTimeout.
 	Timeout time.Duration
 }
 
@@ -50,11 +61,11 @@ type Effect struct {
 const DeadlineMargin = time.Second
 
 // EffectsFromConfig builds the Runner's effects from the configuration, each
-// with a Webhook executor.
-func EffectsFromConfig(ses []EffectRule) map[string]Effect {
+// called through its webhook (webhook.Client).
+func EffectsFromConfig(ses []effect.Rule) map[string]Effect {
 	m := make(map[string]Effect, len(ses))
 	for _, s := range ses {
-		m[s.Name] = Effect{Executor: NewWebhook(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,
+		m[s.Name] = Effect{Caller: webhook.New(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,
 			Timeout: time.Duration(s.Webhook.Timeout)}
 	}
 	return m
@@ -67,7 +78,7 @@ const DefaultWorkers = 4
 type RunnerConfig struct {
 	Store   Store             // required
 	Effects map[string]Effect // by effect name; entries of other effects are left alone
-	// Workers bounds concurrent executor calls; default DefaultWorkers.
+	// Workers bounds concurrent calls; default DefaultWorkers.
 	Workers int
 	// Backoff is the delay before retry n (n ≥ 1); default Backoff with a
 	// private random source.
@@ -76,7 +87,7 @@ type RunnerConfig struct {
 	Now func() time.Time
 	// OnChange, if set, is called after every transition the Runner
 	// committed (from several goroutines): the hook for metrics.
-	OnChange func(Entry)
+	OnChange func(effect.Entry)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Calls is the registry of calls in flight in this process, shared by
@@ -92,7 +103,7 @@ type RunnerConfig struct {
 	// not record (its partition was revoked during the call): the worker
 	// sends it to the partition's next owner, in whatever process, which
 	// records it instead of calling the key again (Command op "outcome").
-	Report func(key string, n int, a Attempt, to Status, next time.Time)
+	Report func(key string, n int, a effect.Attempt, to effect.Status, next time.Time)
 }
 
 // Validate reports a configuration the Runner cannot work with.
@@ -105,7 +116,7 @@ func (c *RunnerConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("sideeffects: RunnerConfig.Workers must not be negative, got %d", c.Workers))
 	}
 	for name, e := range c.Effects {
-		if e.Executor == nil {
+		if e.Caller == nil {
 			errs = append(errs, fmt.Errorf("sideeffects: effect %s: no executor", name))
 		}
 		if e.MaxAttempts < 0 {
@@ -154,7 +165,7 @@ func (c *RunnerConfig) applyDefaults() {
 		}
 		if e.Timeout == 0 {
 			e.Timeout = config.DefaultWebhookTimeout
-			if w, ok := e.Executor.(*Webhook); ok && w.Timeout > 0 {
+			if w, ok := e.Caller.(*webhook.Client); ok && w.Timeout > 0 {
 				e.Timeout = w.Timeout
 			}
 		}

@@ -5,13 +5,14 @@ import (
 
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // request is one Runner Update waiting for the loop.
 type request struct {
 	task  *eos.Task
 	wt    *workerTask // the task's runner that asked
-	fn    func(*Ledger) error
+	fn    func(*effect.Ledger) error
 	reply chan error
 	// blocked: it writes to a partition the client holds no offset for
 	// yet; Due ignores it until a transaction owns the partition.
@@ -61,7 +62,7 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 			// (Recover of a ledger with no call in flight) is done;
 			// one that writes waits for an owned transaction.
 			ov := staging.New(staging.ReadOnly{Store: w.cfg.Store})
-			if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
+			if err := r.fn(effect.NewLedger(ov, r.task.Prefix)); err != nil {
 				r.reply <- err
 			} else if len(ov.Writes()) == 0 {
 				r.reply <- nil
@@ -73,7 +74,7 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 		}
 		r.blocked = false
 		ov := staging.New(b.For(r.task).Txn)
-		if err := r.fn(NewLedger(ov, r.task.Prefix)); err != nil {
+		if err := r.fn(effect.NewLedger(ov, r.task.Prefix)); err != nil {
 			r.reply <- err
 			continue
 		}
@@ -113,7 +114,7 @@ type taskStore struct {
 	wt   *workerTask // the task's state, whose runner this store serves
 }
 
-func (s *taskStore) Update(fn func(*Ledger) error) error {
+func (s *taskStore) Update(fn func(*effect.Ledger) error) error {
 	if s.wt.revoked.Load() {
 		return ErrRevoked
 	}
@@ -125,6 +126,6 @@ func (s *taskStore) Update(fn func(*Ledger) error) error {
 	return <-r.reply
 }
 
-func (s *taskStore) View(fn func(*Ledger) error) error {
-	return fn(NewLedger(staging.ReadOnly{Store: s.w.cfg.Store}, s.task.Prefix))
+func (s *taskStore) View(fn func(*effect.Ledger) error) error {
+	return fn(effect.NewLedger(staging.ReadOnly{Store: s.w.cfg.Store}, s.task.Prefix))
 }

@@ -1,7 +1,6 @@
 package sideeffects
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,7 +12,7 @@ import (
 	"time"
 )
 
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+var t0 = time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
 
 // behaviour decides one request's fate. n is the request's number for its
 // Idempotency-Key (1-based). It returns true when it handled the request

@@ -14,7 +14,7 @@ import (
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/runtime/state"
-	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // TestExecutorRunnerWaitsForVerification is the fault-matrix row "previous
@@ -125,7 +125,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	waitFor(t, 40*time.Second, "the late key to succeed", func() bool {
 		recs, _ := readLedgerLog(t, brokers)
 		e, ok := lastEntries(recs)[lateKey]
-		return ok && e.Status == sideeffects.Succeeded
+		return ok && e.Status == effect.Succeeded
 	})
 	errA := a.stop(t)
 	if err := b.stop(t); err != nil {
@@ -133,9 +133,9 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	}
 
 	log, _ := readLedgerLog(t, brokers)
-	var startA *sideeffects.Entry // a's Start of the late key, if it committed
+	var startA *effect.Entry // a's Start of the late key, if it committed
 	for i, r := range log {
-		if r.producerID == pidA && r.entry.Key == lateKey && r.entry.Status == sideeffects.InFlight {
+		if r.producerID == pidA && r.entry.Key == lateKey && r.entry.Status == effect.InFlight {
 			startA = &log[i].entry
 		}
 	}
@@ -254,7 +254,7 @@ func checkStoreAgrees(t *testing.T, fw *fxWorker, log []ledgerRecord) int {
 			}
 		}
 		got := map[string][]byte{}
-		prefix := append(task.Prefix(), sideeffects.KeyPrefix)
+		prefix := append(task.Prefix(), effect.KeyPrefix)
 		err = fw.st.Scan(prefix, func(k, v []byte) error {
 			got[string(k[len(prefix):])] = bytes.Clone(v)
 			return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/runtime/changelog"
 	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // ErrRevoked is returned to a Runner whose partition was revoked.
@@ -31,7 +32,7 @@ type WorkerConfig struct {
 	// Workers bounds concurrent calls per owned partition.
 	Workers int
 	// OnChange is called after every committed ledger transition.
-	OnChange func(Entry)
+	OnChange func(effect.Entry)
 }
 
 // Group is the executor's consumer group.
@@ -175,7 +176,7 @@ func (w *Worker) failRequests(err error) {
 }
 
 // changed counts a committed ledger transition and tells WorkerConfig.OnChange.
-func (w *Worker) changed(e Entry) {
+func (w *Worker) changed(e effect.Entry) {
 	w.stats.add(e.Effect, e.Status.String())
 	if w.cfg.OnChange != nil {
 		w.cfg.OnChange(e)

@@ -15,10 +15,12 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // receiver is a webhook endpoint that honours Idempotency-Key: it applies a
@@ -202,7 +204,7 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 		return ws().Effects("sla-email", "succeeded") >= int64(len(keys))
 	})
 	// Deliver every intent again: the ledger must take them as duplicates.
-	ledger, err := sideeffects.ReadLedger(context.Background(), []kgo.Opt{kgo.SeedBrokers(brokers...)}, "fx", "fx.effects")
+	ledger, err := ops.ReadLedger(context.Background(), []kgo.Opt{kgo.SeedBrokers(brokers...)}, "fx", "fx.effects")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	}
 	succeeded := 0
 	for _, e := range ledger {
-		if e.Status == sideeffects.Succeeded && e.Attempts == 1 && e.Ref == "ref-"+e.Key {
+		if e.Status == effect.Succeeded && e.Attempts == 1 && e.Ref == "ref-"+e.Key {
 			succeeded++
 		}
 	}
@@ -278,14 +280,14 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 			if policy == "park" {
 				waitFor(t, time.Minute, "parked keys", func() bool { return ws.Effects("sla-email", "unknown") >= int64(len(hung)) })
-				ledger, err := sideeffects.ReadLedger(context.Background(), opts, "fx", "fx.effects")
+				ledger, err := ops.ReadLedger(context.Background(), opts, "fx", "fx.effects")
 				if err != nil {
 					t.Fatal(err)
 				}
 				parked := 0
 				var one string
 				for _, e := range ledger {
-					if e.Status == sideeffects.Unknown {
+					if e.Status == effect.Unknown {
 						parked++
 						one = e.Key
 						if !hung[e.Key] {
@@ -296,7 +298,7 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 				if parked != len(hung) {
 					t.Fatalf("%d keys listed unknown, want %d", parked, len(hung))
 				}
-				if err := sideeffects.SendResolve(context.Background(), opts, "fx.effects", one, sideeffects.Succeeded, "checked by hand"); err != nil {
+				if err := ops.SendResolve(context.Background(), opts, "fx.effects", one, effect.Succeeded, "checked by hand"); err != nil {
 					t.Fatal(err)
 				}
 				waitFor(t, time.Minute, "the resolve", func() bool { return ws.Effects("sla-email", "resolved") >= 1 })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/runtime/command"
 	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // workerTask is what the worker keeps for an owned partition (Worker.tasks):
@@ -103,22 +104,22 @@ func (h *workerHandler) Revoked(t *eos.Task) {
 // Process offers one intent (or applies one operator command).
 func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	w := (*Worker)(h)
-	l := NewLedger(b.Txn, t.Prefix)
+	l := effect.NewLedger(b.Txn, t.Prefix)
 	wt := w.tasks[t]
 	for _, hd := range r.Headers {
 		if hd.Key == HeaderCommand {
 			return w.applyCommand(b, t, r)
 		}
 	}
-	in, err := ParseIntent(r.Value)
+	in, err := effect.ParseIntent(r.Value)
 	if err != nil {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
 		return nil
 	}
 	e, dup, err := l.Offer(in, b.Now)
 	if err != nil {
-		var te *TransitionError
-		if errors.As(err, &te) || errors.Is(err, ErrBadIntent) {
+		var te *effect.TransitionError
+		if errors.As(err, &te) || errors.Is(err, effect.ErrBadIntent) {
 			b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
 			return nil
 		}

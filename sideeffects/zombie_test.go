@@ -36,6 +36,8 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
 const (
@@ -348,7 +350,7 @@ type fxWorker struct {
 
 type fxChange struct {
 	at    time.Time
-	entry sideeffects.Entry
+	entry effect.Entry
 }
 
 type fxOpts struct {
@@ -384,12 +386,12 @@ func startFxWorker(t *testing.T, o fxOpts) *fxWorker {
 		},
 		EffectsTopic: fxEffects,
 		Effects: map[string]sideeffects.Effect{fxEffect: {
-			Executor:    &sideeffects.Webhook{URL: o.url, Timeout: o.webhookTimeout},
+			Caller:      &webhook.Client{URL: o.url, Timeout: o.webhookTimeout},
 			MaxAttempts: 20, OnUnknown: config.OnUnknownRetry,
 		}},
 		Workers: o.workers,
 
-		OnChange: func(e sideeffects.Entry) {
+		OnChange: func(e effect.Entry) {
 			fw.mu.Lock()
 			fw.changes = append(fw.changes, fxChange{at: time.Now(), entry: e})
 			fw.mu.Unlock()
@@ -453,7 +455,7 @@ func (fw *fxWorker) succeeded() int {
 	defer fw.mu.Unlock()
 	n := 0
 	for _, c := range fw.changes {
-		if c.entry.Status == sideeffects.Succeeded {
+		if c.entry.Status == effect.Succeeded {
 			n++
 		}
 	}
@@ -509,7 +511,7 @@ type ledgerRecord struct {
 	offset     int64
 	producerID int64
 	value      []byte
-	entry      sideeffects.Entry
+	entry      effect.Entry
 }
 
 // commitMarker is the marker that committed a transaction on a changelog
@@ -578,8 +580,8 @@ func readLedgerLog(t *testing.T, brokers []string) ([]ledgerRecord, []commitMark
 				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 { // commit
 					marks = append(marks, commitMarker{partition: r.Partition, offset: r.Offset, producerID: r.ProducerID, at: r.Timestamp})
 				}
-			case len(r.Key) > 0 && r.Key[0] == sideeffects.KeyPrefix && r.Value != nil:
-				e, err := sideeffects.DecodeEntry(r.Value)
+			case len(r.Key) > 0 && r.Key[0] == effect.KeyPrefix && r.Value != nil:
+				e, err := effect.DecodeEntry(r.Value)
 				if err != nil {
 					t.Errorf("ledger record %d/%d: %v", r.Partition, r.Offset, err)
 					return
@@ -600,13 +602,13 @@ func readLedgerLog(t *testing.T, brokers []string) ([]ledgerRecord, []commitMark
 // owner that starts a key another has in flight, or a zombie that records an
 // outcome over a successor's, breaks the chain. It returns the final entries
 // and the number of illegal records; who names a record's producer.
-func checkLedgerLog(t *testing.T, log []ledgerRecord, who func(producerID int64) string) (map[string]sideeffects.Entry, int) {
+func checkLedgerLog(t *testing.T, log []ledgerRecord, who func(producerID int64) string) (map[string]effect.Entry, int) {
 	t.Helper()
-	final := map[string]sideeffects.Entry{}
-	legal := map[sideeffects.Status][]sideeffects.Status{
-		sideeffects.Pending:  {sideeffects.InFlight},
-		sideeffects.InFlight: {sideeffects.Succeeded, sideeffects.Failed, sideeffects.Pending, sideeffects.Unknown},
-		sideeffects.Unknown:  {sideeffects.InFlight, sideeffects.Succeeded, sideeffects.Failed, sideeffects.Pending, sideeffects.Unknown},
+	final := map[string]effect.Entry{}
+	legal := map[effect.Status][]effect.Status{
+		effect.Pending:  {effect.InFlight},
+		effect.InFlight: {effect.Succeeded, effect.Failed, effect.Pending, effect.Unknown},
+		effect.Unknown:  {effect.InFlight, effect.Succeeded, effect.Failed, effect.Pending, effect.Unknown},
 	}
 	bad := 0
 	for _, r := range log {
@@ -614,13 +616,13 @@ func checkLedgerLog(t *testing.T, log []ledgerRecord, who func(producerID int64)
 		prev, seen := final[e.Key]
 		var problem string
 		switch {
-		case !seen && (e.Status != sideeffects.Pending || e.Attempts != 0):
+		case !seen && (e.Status != effect.Pending || e.Attempts != 0):
 			problem = "first record is not a fresh pending entry"
 		case seen && !slices.Contains(legal[prev.Status], e.Status):
 			problem = fmt.Sprintf("%s → %s", prev.Status, e.Status)
-		case seen && e.Status == sideeffects.InFlight && e.Attempts != prev.Attempts+1:
+		case seen && e.Status == effect.InFlight && e.Attempts != prev.Attempts+1:
 			problem = fmt.Sprintf("start %d after attempt %d", e.Attempts, prev.Attempts)
-		case seen && e.Status != sideeffects.InFlight && e.Attempts != prev.Attempts:
+		case seen && e.Status != effect.InFlight && e.Attempts != prev.Attempts:
 			problem = fmt.Sprintf("%s changed attempts %d → %d", e.Status, prev.Attempts, e.Attempts)
 		}
 		if problem != "" {
@@ -642,7 +644,7 @@ func checkLedgerLog(t *testing.T, log []ledgerRecord, who func(producerID int64)
 // before its call, e.g. at a deadline that passed), applied each key once,
 // and never ran two requests of one key at once. It returns the number
 // of requests, of keys retried, and of keys or overlaps that failed a check.
-func checkExactlyOnce(t *testing.T, keys []string, final map[string]sideeffects.Entry, rc *fxReceiver) (requests, retried, bad int) {
+func checkExactlyOnce(t *testing.T, keys []string, final map[string]effect.Entry, rc *fxReceiver) (requests, retried, bad int) {
 	t.Helper()
 	calls, overlap, applied := rc.snapshot()
 	perKey := map[string]int{}
@@ -651,13 +653,13 @@ func checkExactlyOnce(t *testing.T, keys []string, final map[string]sideeffects.
 	}
 	for _, k := range keys {
 		e, ok := final[k]
-		if !ok || e.Status != sideeffects.Succeeded || perKey[k] > e.Attempts || perKey[k] == 0 || applied[k] != 1 {
+		if !ok || e.Status != effect.Succeeded || perKey[k] > e.Attempts || perKey[k] == 0 || applied[k] != 1 {
 			bad++
 		}
 		switch {
 		case !ok:
 			t.Errorf("key %s: not in the ledger", k)
-		case e.Status != sideeffects.Succeeded:
+		case e.Status != effect.Succeeded:
 			t.Errorf("key %s: ledger status %s, want succeeded", k, e.Status)
 		case perKey[k] > e.Attempts || perKey[k] == 0:
 			t.Errorf("key %s: the receiver got %d requests, the ledger committed %d attempts", k, perKey[k], e.Attempts)
@@ -755,7 +757,7 @@ func testZombie(t *testing.T, mode int) {
 		ok := 0
 		recs, _ := readLedgerLog(t, brokers)
 		for _, e := range lastEntries(recs) {
-			if e.Status == sideeffects.Succeeded {
+			if e.Status == effect.Succeeded {
 				ok++
 			}
 		}
@@ -856,7 +858,7 @@ func testZombie(t *testing.T, mode int) {
 	// Proof the fault landed: a called keys whose outcome it could not
 	// record (its last ledger record of them is its start: the update was
 	// refused or its transaction aborted), and aborted transactions.
-	lastByA := map[string]sideeffects.Entry{}
+	lastByA := map[string]effect.Entry{}
 	for _, r := range log {
 		if r.producerID == pidA {
 			lastByA[r.entry.Key] = r.entry
@@ -870,7 +872,7 @@ func testZombie(t *testing.T, mode int) {
 	}
 	lostOutcomes := 0
 	for k, e := range lastByA {
-		if e.Status == sideeffects.InFlight && calledByA[k] {
+		if e.Status == effect.InFlight && calledByA[k] {
 			lostOutcomes++
 		}
 	}
@@ -891,8 +893,8 @@ func testZombie(t *testing.T, mode int) {
 }
 
 // lastEntries is each key's last committed entry (no checks; for polling).
-func lastEntries(log []ledgerRecord) map[string]sideeffects.Entry {
-	final := map[string]sideeffects.Entry{}
+func lastEntries(log []ledgerRecord) map[string]effect.Entry {
+	final := map[string]effect.Entry{}
 	for _, r := range log {
 		final[r.entry.Key] = r.entry
 	}

@@ -20,11 +20,12 @@ import (
 	"github.com/projector-dev/projector/configs"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/operator/rebuild"
 	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/processor"
-	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -234,7 +235,7 @@ func (d *demo) storyEffects(ctx context.Context) error {
 	if err := printLedger(ctx, d.w, opts, cfg); err != nil {
 		return err
 	}
-	if err := sideeffects.SendResolve(ctx, opts, cfg.Kafka.EffectsTopic, demoUnknownKey, sideeffects.Succeeded, "the sink confirms it sent the email"); err != nil {
+	if err := ops.SendResolve(ctx, opts, cfg.Kafka.EffectsTopic, demoUnknownKey, effect.Succeeded, "the sink confirms it sent the email"); err != nil {
 		return err
 	}
 	if err := waitFor(ctx, 30*time.Second, func() bool {
@@ -415,7 +416,7 @@ func (s *demoSink) foldRequests(f func(acc, n int) int) int {
 
 // printLedger prints the demo key's ledger entry.
 func printLedger(ctx context.Context, w *tabwriter.Writer, opts []kgo.Opt, cfg *config.Config) error {
-	entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	entries, err := ops.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
-	"github.com/projector-dev/projector/sideeffects"
+	sideeffect "github.com/projector-dev/projector/sideeffects/effect"
 )
 
 const effectsUsage = `Usage: projector effects <list|show|resolve> --config FILE [flags]
@@ -68,13 +68,13 @@ func effectsSetup(cf *commonFlags, stderr io.Writer) (*config.Config, []kgo.Opt,
 }
 
 // readLedger connects as cf says and reads the side-effect ledger.
-func readLedger(ctx context.Context, cf *commonFlags, stderr io.Writer) ([]sideeffects.Entry, error) {
+func readLedger(ctx context.Context, cf *commonFlags, stderr io.Writer) ([]sideeffect.Entry, error) {
 	cfg, opts, closeFn, err := effectsSetup(cf, stderr)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFn()
-	return sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	return ops.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
 }
 
 func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -85,9 +85,9 @@ func effectsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
-	var want sideeffects.Status
+	var want sideeffect.Status
 	if *status != "" {
-		s, err := sideeffects.ParseStatus(*status)
+		s, err := sideeffect.ParseStatus(*status)
 		if err != nil {
 			return usageError{"--status: " + err.Error()}
 		}
@@ -154,8 +154,8 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	key := fs.Arg(0)
-	outcome, err := sideeffects.ParseStatus(*as)
-	if err != nil || (outcome != sideeffects.Succeeded && outcome != sideeffects.Failed) {
+	outcome, err := sideeffect.ParseStatus(*as)
+	if err != nil || (outcome != sideeffect.Succeeded && outcome != sideeffect.Failed) {
 		return usageError{"--as: want succeeded or failed"}
 	}
 	cfg, opts, closeFn, err := effectsSetup(&fs.common, stderr)
@@ -163,8 +163,8 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer closeFn()
-	find := func() (*sideeffects.Entry, error) {
-		entries, err := sideeffects.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
+	find := func() (*sideeffect.Entry, error) {
+		entries, err := ops.ReadLedger(ctx, opts, cfg.Name, cfg.Kafka.EffectsTopic)
 		if err != nil {
 			return nil, err
 		}
@@ -182,17 +182,17 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 	if e == nil {
 		return fmt.Errorf("effects resolve: no ledger entry for key %q", key)
 	}
-	if e.Status != sideeffects.Unknown {
+	if e.Status != sideeffect.Unknown {
 		return fmt.Errorf("effects resolve: key %q is %s; only unknown outcomes can be resolved", key, e.Status)
 	}
-	if err := sideeffects.SendResolve(ctx, opts, cfg.Kafka.EffectsTopic, key, outcome, *note); err != nil {
+	if err := ops.SendResolve(ctx, opts, cfg.Kafka.EffectsTopic, key, outcome, *note); err != nil {
 		return err
 	}
 	if *wait <= 0 {
 		fmt.Fprintf(stdout, "resolve of %q sent; the executor applies it\n", key)
 		return nil
 	}
-	var resolved *sideeffects.Entry
+	var resolved *sideeffect.Entry
 	err = ops.Await(ctx, *wait, 300*time.Millisecond, func() (bool, error) {
 		e, err := find()
 		if e != nil && e.Resolution != nil {

@@ -22,8 +22,9 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/runtime/broker"
-	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 const killConfig = `name: kx
@@ -160,21 +161,21 @@ func TestExecutorKill9(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill() }) // never leave a worker behind a failed test
 			opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
-			settled := func() (int, []sideeffects.Entry) {
-				entries, err := sideeffects.ReadLedger(ctx, opts, "kx", "kx.effects")
+			settled := func() (int, []effect.Entry) {
+				entries, err := ops.ReadLedger(ctx, opts, "kx", "kx.effects")
 				if err != nil {
 					t.Fatal(err)
 				}
 				done := 0
 				for _, e := range entries {
-					if e.Status == sideeffects.Succeeded || (policy == "park" && e.Status == sideeffects.Unknown) {
+					if e.Status == effect.Succeeded || (policy == "park" && e.Status == effect.Unknown) {
 						done++
 					}
 				}
 				return done, entries
 			}
 			deadline := time.Now().Add(2 * time.Minute)
-			var entries []sideeffects.Entry
+			var entries []effect.Entry
 			for {
 				var done int
 				done, entries = settled()
@@ -213,7 +214,7 @@ func TestExecutorKill9(t *testing.T) {
 			}
 			var parked []string
 			for _, e := range entries {
-				if e.Status == sideeffects.Unknown {
+				if e.Status == effect.Unknown {
 					unknown++
 					parked = append(parked, e.Key)
 				}

@@ -16,7 +16,9 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // The soak's side effect: every applied CaseEscalated event is one webhook
@@ -193,14 +195,14 @@ func (e *EffectsReport) problem(format string, args ...any) {
 
 // ledgerSettled reads the executor's ledger and counts the expected keys
 // whose entry has not succeeded.
-func ledgerSettled(ctx context.Context, brokers []string, want map[string]bool) (unsettled, unknownAttempts int, entries []sideeffects.Entry, err error) {
-	entries, err = sideeffects.ReadLedger(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, Name, EffectsTopic)
+func ledgerSettled(ctx context.Context, brokers []string, want map[string]bool) (unsettled, unknownAttempts int, entries []effect.Entry, err error) {
+	entries, err = ops.ReadLedger(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, Name, EffectsTopic)
 	if err != nil {
 		return 0, 0, nil, err
 	}
 	ok := map[string]bool{}
 	for _, e := range entries {
-		if e.Status == sideeffects.Succeeded {
+		if e.Status == effect.Succeeded {
 			ok[e.Key] = true
 		}
 		unknownAttempts += countUnknown(e)
@@ -249,7 +251,7 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 			status[e.Key] = e.Status.String()
 		}
 		for _, k := range sortedKeys(want) {
-			if status[k] != sideeffects.Succeeded.String() {
+			if status[k] != effect.Succeeded.String() {
 				r.problem("ledger %s: %q", k, status[k])
 			}
 		}
@@ -268,7 +270,7 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 			r.problem("key %s never applied", k)
 		}
 	}
-	byKey := make(map[string]sideeffects.Entry, len(entries))
+	byKey := make(map[string]effect.Entry, len(entries))
 	for _, e := range entries {
 		byKey[e.Key] = e
 	}
@@ -303,14 +305,14 @@ func checkEffects(ctx context.Context, brokers []string, rcv *receiver, want map
 // entry: second is a 2xx answered again without an unknown attempt before it
 // (the executor retried a success it had learnt), unrecorded a request that
 // no committed attempt accounts for.
-func judgeCalls(s *keyStats, e sideeffects.Entry) (second, unrecorded bool) {
+func judgeCalls(s *keyStats, e effect.Entry) (second, unrecorded bool) {
 	return s.applied+s.replays > 1 && s.replays > countUnknown(e), s.requests > e.Attempts
 }
 
-func countUnknown(e sideeffects.Entry) int {
+func countUnknown(e effect.Entry) int {
 	n := 0
 	for _, a := range e.History {
-		if a.Outcome == sideeffects.OutcomeUnknown {
+		if a.Outcome == effect.OutcomeUnknown {
 			n++
 		}
 	}

@@ -3,26 +3,26 @@ package soak
 import (
 	"testing"
 
-	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // TestJudgeCalls: a replayed 2xx is the executor's fault unless an unknown
 // attempt precedes it, and a request with no committed attempt is a call
 // the ledger does not know of.
 func TestJudgeCalls(t *testing.T) {
-	unknown := sideeffects.Attempt{Outcome: sideeffects.OutcomeUnknown}
-	ok := sideeffects.Attempt{Outcome: sideeffects.OutcomeSucceeded}
+	unknown := effect.Attempt{Outcome: effect.OutcomeUnknown}
+	ok := effect.Attempt{Outcome: effect.OutcomeSucceeded}
 	for _, c := range []struct {
 		name               string
 		s                  keyStats
-		e                  sideeffects.Entry
+		e                  effect.Entry
 		second, unrecorded bool
 	}{
-		{"one call", keyStats{requests: 1, applied: 1}, sideeffects.Entry{Attempts: 1, History: []sideeffects.Attempt{ok}}, false, false},
-		{"replay after unknown", keyStats{requests: 2, applied: 1, replays: 1}, sideeffects.Entry{Attempts: 2, History: []sideeffects.Attempt{unknown, ok}}, false, false},
-		{"replay after a learnt success", keyStats{requests: 2, applied: 1, replays: 1}, sideeffects.Entry{Attempts: 2, History: []sideeffects.Attempt{ok, ok}}, true, false},
-		{"call without a start", keyStats{requests: 2, applied: 1, replays: 1}, sideeffects.Entry{Attempts: 1, History: []sideeffects.Attempt{unknown}}, false, true},
-		{"killed before the request", keyStats{requests: 1, applied: 1}, sideeffects.Entry{Attempts: 2, History: []sideeffects.Attempt{unknown, ok}}, false, false},
+		{"one call", keyStats{requests: 1, applied: 1}, effect.Entry{Attempts: 1, History: []effect.Attempt{ok}}, false, false},
+		{"replay after unknown", keyStats{requests: 2, applied: 1, replays: 1}, effect.Entry{Attempts: 2, History: []effect.Attempt{unknown, ok}}, false, false},
+		{"replay after a learnt success", keyStats{requests: 2, applied: 1, replays: 1}, effect.Entry{Attempts: 2, History: []effect.Attempt{ok, ok}}, true, false},
+		{"call without a start", keyStats{requests: 2, applied: 1, replays: 1}, effect.Entry{Attempts: 1, History: []effect.Attempt{unknown}}, false, true},
+		{"killed before the request", keyStats{requests: 1, applied: 1}, effect.Entry{Attempts: 2, History: []effect.Attempt{unknown, ok}}, false, false},
 	} {
 		second, unrecorded := judgeCalls(&c.s, c.e)
 		if second != c.second || unrecorded != c.unrecorded {

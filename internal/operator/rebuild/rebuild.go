@@ -27,7 +27,7 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
-	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // DefaultPollInterval is how often Run reads the group's committed offsets.
@@ -376,7 +376,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 	if len(cfg.SideEffects) > 0 {
 		// The rules run so that what live would have emitted is counted as
 		// suppressed; in rebuild mode the processor never produces it.
-		rules, err := sideeffects.NewRules(cfg.SideEffects)
+		rules, err := effect.NewRules(cfg.SideEffects)
 		if err != nil {
 			store.Close()
 			return nil, nil, &config.Error{Key: "sideEffects", Msg: err.Error()}

@@ -40,6 +40,7 @@ import (
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // App is a wired worker. Close releases everything it started, in reverse order.
@@ -159,7 +160,7 @@ type derived struct {
 	projections []*projection.Projection
 	clientOpts  []kgo.Opt
 	policy      projection.Policy
-	rules       *sideeffects.Rules // nil without sideEffects
+	rules       *effect.Rules // nil without sideEffects
 }
 
 func derive(cfg *config.Config) (d derived, err error) {
@@ -173,7 +174,7 @@ func derive(cfg *config.Config) (d derived, err error) {
 		return d, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
 	if len(cfg.SideEffects) > 0 {
-		if d.rules, err = sideeffects.NewRules(cfg.SideEffects); err != nil {
+		if d.rules, err = effect.NewRules(cfg.SideEffects); err != nil {
 			return d, &config.Error{Key: "sideEffects", Msg: err.Error()}
 		}
 	}

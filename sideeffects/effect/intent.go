@@ -1,4 +1,4 @@
-package sideeffects
+package effect
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package sideeffects
+package sideeffectstest
 
 import (
 	"sort"
@@ -6,9 +6,10 @@ import (
 	"sync"
 
 	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
-// MemKV is an in-memory KV for tests and tools. It is safe for concurrent
+// MemKV is an in-memory effect.KV. It is safe for concurrent
 // use; Scan works on a snapshot, so fn may write.
 type MemKV struct {
 	mu sync.Mutex
@@ -18,7 +19,7 @@ type MemKV struct {
 // NewMemKV returns an empty MemKV.
 func NewMemKV() *MemKV { return &MemKV{m: make(map[string][]byte)} }
 
-// Get implements KV.
+// Get implements effect.KV.
 func (kv *MemKV) Get(key []byte) ([]byte, bool, error) {
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
@@ -26,14 +27,14 @@ func (kv *MemKV) Get(key []byte) ([]byte, bool, error) {
 	return v, ok, nil
 }
 
-// Set implements KV.
+// Set implements effect.KV.
 func (kv *MemKV) Set(key, val []byte) {
 	kv.mu.Lock()
 	defer kv.mu.Unlock()
 	kv.m[string(key)] = append([]byte(nil), val...)
 }
 
-// Scan implements KV.
+// Scan implements effect.KV.
 func (kv *MemKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
 	kv.mu.Lock()
 	var keys []string
@@ -56,7 +57,7 @@ func (kv *MemKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
 	return nil
 }
 
-// MemStore is a Store over a MemKV: each Update stages its writes and applies
+// MemStore is a sideeffects.Store over a MemKV: each Update stages its writes and applies
 // them all at once when fn returns nil, and discards them otherwise, like a
 // Kafka transaction followed by the Pebble commit. Updates are serialised.
 type MemStore struct {
@@ -68,21 +69,21 @@ type MemStore struct {
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore { return &MemStore{KV: NewMemKV()} }
 
-// Update implements Store.
-func (s *MemStore) Update(fn func(*Ledger) error) error {
+// Update implements sideeffects.Store.
+func (s *MemStore) Update(fn func(*effect.Ledger) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tx := staging.New(s.KV)
-	if err := fn(NewLedger(tx, s.Prefix)); err != nil {
+	if err := fn(effect.NewLedger(tx, s.Prefix)); err != nil {
 		return err
 	}
 	tx.Flush()
 	return nil
 }
 
-// View implements Store: fn's writes, if any, are discarded.
-func (s *MemStore) View(fn func(*Ledger) error) error {
+// View implements sideeffects.Store: fn's writes, if any, are discarded.
+func (s *MemStore) View(fn func(*effect.Ledger) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fn(NewLedger(staging.New(s.KV), s.Prefix))
+	return fn(effect.NewLedger(staging.New(s.KV), s.Prefix))
 }

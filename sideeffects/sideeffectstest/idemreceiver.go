@@ -1,8 +1,9 @@
-package sideeffects
+package sideeffectstest
 
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -16,7 +17,7 @@ import (
 // ("in progress"); a later duplicate answers 200 with Idempotent-Replayed:
 // true. Unlike the tests' receiver it does not hide a concurrent duplicate:
 // an executor that records the 409 as failed has failed a key whose effect
-// happened. It is exported for the worker tests (package sideeffects_test).
+// happened.
 type IdemReceiver struct {
 	URL   string
 	delay func() time.Duration
@@ -104,10 +105,7 @@ func (rc *IdemReceiver) Key(key string) IdemKey {
 
 func (k *IdemKey) copy() IdemKey {
 	c := *k
-	c.ByPath = make(map[string]int, len(k.ByPath))
-	for p, n := range k.ByPath {
-		c.ByPath[p] = n
-	}
+	c.ByPath = maps.Clone(k.ByPath)
 	return c
 }
 

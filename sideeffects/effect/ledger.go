@@ -1,4 +1,4 @@
-package sideeffects
+package effect
 
 import (
 	"encoding/json"
@@ -30,7 +30,8 @@ var (
 )
 
 // KV is the storage the ledger works through. *state.Txn satisfies it (a
-// staged Kafka transaction); MemKV is an in-memory one. Set may keep val.
+// staged Kafka transaction); sideeffectstest.MemKV is an in-memory one. Set
+// may keep val.
 type KV interface {
 	Get(key []byte) ([]byte, bool, error)
 	// Set may keep val (as state.Txn does): the caller must not modify
@@ -39,82 +40,6 @@ type KV interface {
 	// Scan calls fn in key order for every key with the prefix; the slices
 	// are valid only during the call.
 	Scan(prefix []byte, fn func(key, value []byte) error) error
-}
-
-// Status is a ledger entry's state.
-//
-//	pending ──Start──▶ in-flight ──Succeed──▶ succeeded          (terminal)
-//	   ▲                  │ │ └───Fail─────▶ failed             (terminal)
-//	   └──────Retry───────┘ └─MarkUnknown/Recover─▶ unknown
-//	unknown ──Start (onUnknown: retry, same key)──▶ in-flight
-//	unknown ──Resolve(succeeded|failed, note)──▶ succeeded | failed (Resolution set)
-//	in-flight | unknown ──Settle(n)──▶ as Succeed/Fail/Retry/MarkUnknown, for
-//	                                   the handed-over outcome of last attempt n
-type Status uint8
-
-// The statuses. The zero Status is invalid.
-const (
-	Pending Status = iota + 1
-	InFlight
-	Succeeded
-	Failed
-	Unknown
-)
-
-var statusNames = [...]string{Pending: "pending", InFlight: "in-flight", Succeeded: "succeeded", Failed: "failed", Unknown: "unknown"}
-
-func (s Status) String() string {
-	if int(s) < len(statusNames) && s != 0 {
-		return statusNames[s]
-	}
-	return fmt.Sprintf("Status(%d)", uint8(s))
-}
-
-// Terminal reports whether no transition leaves s.
-func (s Status) Terminal() bool { return s == Succeeded || s == Failed }
-
-// ParseStatus parses a status name as printed by String.
-func ParseStatus(name string) (Status, error) {
-	for s, n := range statusNames {
-		if n != "" && n == name {
-			return Status(s), nil
-		}
-	}
-	return 0, fmt.Errorf("sideeffects: unknown status %q (pending, in-flight, succeeded, failed, unknown)", name)
-}
-
-// MarshalText makes statuses readable in JSON and in the CLI.
-func (s Status) MarshalText() ([]byte, error) {
-	if s == 0 || int(s) >= len(statusNames) {
-		return nil, fmt.Errorf("sideeffects: invalid status %d", uint8(s))
-	}
-	return []byte(s.String()), nil
-}
-
-// UnmarshalText is the inverse of MarshalText.
-func (s *Status) UnmarshalText(b []byte) error {
-	v, err := ParseStatus(string(b))
-	*s = v
-	return err
-}
-
-// Attempt is one call of the executor, or one that may have happened.
-type Attempt struct {
-	N     int       `json:"n"` // 1-based
-	Start time.Time `json:"start"`
-	// Duration is zero while the attempt is in flight.
-	Duration   time.Duration `json:"duration,omitempty"`
-	Outcome    Outcome       `json:"outcome,omitempty"` // zero while in flight
-	StatusCode int           `json:"statusCode,omitempty"`
-	Error      string        `json:"error,omitempty"`
-	Ref        string        `json:"ref,omitempty"`
-}
-
-// Resolution records an operator's decision on an unknown outcome.
-type Resolution struct {
-	Outcome Status    `json:"outcome"` // Succeeded or Failed
-	Note    string    `json:"note,omitempty"`
-	At      time.Time `json:"at"`
 }
 
 // Entry is the ledger's record of one idempotency key.
@@ -237,10 +162,10 @@ func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) 
 }
 
 // Start begins an attempt: pending or unknown → in-flight, Attempts+1. The
-// caller must commit this durably before it calls the executor
+// caller must commit this durably before it calls the effect
 // (docs/design.md#in-flight-before-call).
 // Whether the entry is due, and whether an unknown entry may be retried, is
-// the caller's policy (the Runner's).
+// the caller's policy (the sideeffects Runner's).
 func (l *Ledger) Start(key string, now time.Time) (Entry, error) {
 	e, err := l.mustGet(key)
 	if err != nil {
@@ -319,6 +244,20 @@ func (l *Ledger) Retry(key string, a Attempt, next time.Time) (Entry, error) {
 	return l.finish(key, "retry", a, Pending, next)
 }
 
+// Record records the outcome of the in-flight attempt as Succeed, Fail,
+// Retry or MarkUnknown would, for a caller that has decided the status
+// already (the Runner): to is Succeeded, Failed, Pending (a retry, due at
+// next) or Unknown (next as in MarkUnknown).
+func (l *Ledger) Record(key string, a Attempt, to Status, next time.Time) (Entry, error) {
+	if !to.settles() {
+		return Entry{}, fmt.Errorf("sideeffects: record %q: cannot record as %s", key, to)
+	}
+	return l.finish(key, "record "+to.String(), a, to, next)
+}
+
+// settles reports whether an attempt's outcome may move an entry to s.
+func (s Status) settles() bool { return s == Succeeded || s == Failed || s == Pending || s == Unknown }
+
 // MarkUnknown records an attempt whose outcome cannot be known (the request
 // was sent, no answer came): in-flight → unknown. next is when a retry with
 // the same key may happen under onUnknown: retry; it is ignored under park.
@@ -328,14 +267,14 @@ func (l *Ledger) MarkUnknown(key string, a Attempt, next time.Time) (Entry, erro
 
 // Settle records the outcome of attempt n that the Runner which made the call
 // could not record (its partition was revoked while the call ran) and handed
-// over (Calls): to is Succeeded, Failed, Pending (a retry, due at next) or
+// over (sideeffects.Calls): to is Succeeded, Failed, Pending (a retry, due at next) or
 // Unknown (next as in MarkUnknown). The entry must be in-flight or unknown —
 // the new owner's Recover turns the in-flight mark into unknown — with n as
 // its last attempt; anything else means the ledger has moved on (another
 // attempt started, an operator resolved the key) and the outcome is stale,
 // so it is refused.
 func (l *Ledger) Settle(key string, n int, a Attempt, to Status, next time.Time) (Entry, error) {
-	if to != Succeeded && to != Failed && to != Pending && to != Unknown {
+	if !to.settles() {
 		return Entry{}, fmt.Errorf("sideeffects: settle %q: cannot settle as %s", key, to)
 	}
 	e, err := l.mustGet(key)

@@ -1,4 +1,4 @@
-package sideeffects
+package effect
 
 import (
 	"bytes"
@@ -16,11 +16,11 @@ import (
 // Rules derives side-effect intents from applied events according to the
 // sideEffects configuration. It is immutable and safe for concurrent use.
 type Rules struct {
-	effects []rule
+	effects []compiledRule
 	byType  map[string][]int // eventType -> indexes into effects, in config order
 }
 
-type rule struct {
+type compiledRule struct {
 	cfg  config.SideEffect
 	key  config.Template
 	when *config.Condition
@@ -43,14 +43,14 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // NewRules compiles the configured effects. It fails only for effects that
 // would not pass config validation (bad key template).
-func NewRules(effects []EffectRule) (*Rules, error) {
+func NewRules(effects []Rule) (*Rules, error) {
 	r := &Rules{byType: make(map[string][]int)}
 	for i, se := range effects {
 		tpl, err := se.KeyTemplate()
 		if err != nil {
 			return nil, fmt.Errorf("sideeffects: effect %s: %w", se.Name, err)
 		}
-		ru := rule{cfg: se, key: tpl, when: se.When}
+		ru := compiledRule{cfg: se, key: tpl, when: se.When}
 		if se.When != nil {
 			ru.path = se.When.Path()
 		}
@@ -63,13 +63,13 @@ func NewRules(effects []EffectRule) (*Rules, error) {
 }
 
 // Effect returns the configuration of the named effect.
-func (r *Rules) Effect(name string) (EffectRule, bool) {
+func (r *Rules) Effect(name string) (Rule, bool) {
 	for _, ru := range r.effects {
 		if ru.cfg.Name == name {
 			return ru.cfg, true
 		}
 	}
-	return EffectRule{}, false
+	return Rule{}, false
 }
 
 // Intents returns one intent per configured effect that the event triggers,
@@ -163,38 +163,40 @@ func walk(v any, path []string) (any, bool) {
 	return v, true
 }
 
+// envelopeStrings are the envelope's top-level string fields that a `when`
+// condition or a key placeholder may name (aggregateVersion, a number, is
+// envelopeField's own case).
+var envelopeStrings = [...]struct {
+	name string
+	get  func(*envelope.Event) string
+}{
+	{"eventId", func(ev *envelope.Event) string { return ev.EventID }},
+	{"eventType", func(ev *envelope.Event) string { return ev.EventType }},
+	{"aggregateId", func(ev *envelope.Event) string { return ev.AggregateID }},
+	{"aggregateType", func(ev *envelope.Event) string { return ev.AggregateType }},
+	{"tenantId", func(ev *envelope.Event) string { return ev.TenantID }},
+	{"occurredAt", func(ev *envelope.Event) string { return ev.OccurredAt }},
+	{"correlationId", func(ev *envelope.Event) string { return ev.CorrelationID }},
+	{"causationId", func(ev *envelope.Event) string { return ev.CausationID }},
+	{"producer", func(ev *envelope.Event) string { return ev.Producer }},
+}
+
 // envelopeField returns a top-level envelope field other than payload; ok is
 // false when the event does not have it.
 func envelopeField(ev *envelope.Event, name string) (any, bool) {
-	var s string
-	switch name {
-	case "eventId":
-		s = ev.EventID
-	case "eventType":
-		s = ev.EventType
-	case "aggregateId":
-		s = ev.AggregateID
-	case "aggregateType":
-		s = ev.AggregateType
-	case "tenantId":
-		s = ev.TenantID
-	case "occurredAt":
-		s = ev.OccurredAt
-	case "correlationId":
-		s = ev.CorrelationID
-	case "causationId":
-		s = ev.CausationID
-	case "producer":
-		s = ev.Producer
-	case "aggregateVersion":
+	if name == "aggregateVersion" {
 		if ev.AggregateVersion < 1 {
 			return nil, false
 		}
 		return ev.AggregateVersion, true
-	default:
-		return nil, false
 	}
-	return s, s != ""
+	for i := range envelopeStrings {
+		if f := &envelopeStrings[i]; f.name == name {
+			s := f.get(ev)
+			return s, s != ""
+		}
+	}
+	return nil, false
 }
 
 func conditionValue(ev *envelope.Event, path []string, p *payloadCache) (any, bool) {

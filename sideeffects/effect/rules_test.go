@@ -1,6 +1,7 @@
-package sideeffects
+package effect_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -9,11 +10,12 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
-func mustRules(t *testing.T, effects ...config.SideEffect) *Rules {
+func mustRules(t *testing.T, effects ...config.SideEffect) *effect.Rules {
 	t.Helper()
-	r, err := NewRules(effects)
+	r, err := effect.NewRules(effects)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestRulesIntents(t *testing.T) {
 			}
 			var failed []string
 			for _, e := range unjoin(err) {
-				var ke *KeyError
+				var ke *effect.KeyError
 				if !errors.As(e, &ke) || !errors.Is(e, config.ErrNoValue) {
 					t.Fatalf("error %v is not a *KeyError wrapping ErrNoValue", e)
 				}
@@ -120,7 +122,7 @@ func TestRulesAggregateVersionSource(t *testing.T) {
 	if got, err := r.Intents("p", noV, 0); len(got) != 0 || err == nil {
 		t.Fatalf("no version at all must be reported: %v %v", got, err)
 	}
-	if _, err := NewRules([]config.SideEffect{{Name: "bad", On: []string{"T"}, Key: "{nope}"}}); err == nil {
+	if _, err := effect.NewRules([]config.SideEffect{{Name: "bad", On: []string{"T"}, Key: "{nope}"}}); err == nil {
 		t.Fatal("bad template accepted")
 	}
 	if se, ok := r.Effect("x"); !ok || se.Key != "x:{aggregateId}:{aggregateVersion}" {
@@ -131,13 +133,13 @@ func TestRulesAggregateVersionSource(t *testing.T) {
 func TestIntentValueRoundTrip(t *testing.T) {
 	raw := " {\"eventId\":\"E\\\"1\",\"eventType\":\"T\",\"aggregateId\":\"A\\n1\",\"aggregateVersion\":3,\"payload\":{\"x\":[1,2]}}\n"
 	ev := decodeEvent(t, raw)
-	v := IntentValue(projection.Intent{Effect: "fx", Key: "k:\"q\"\\\t\x01"}, "proj", ev, 3, []byte(raw))
+	v := effect.IntentValue(projection.Intent{Effect: "fx", Key: "k:\"q\"\\\t\x01"}, "proj", ev, 3, []byte(raw))
 	if !json.Valid(v) {
 		t.Fatalf("not JSON: %s", v)
 	}
 	// The exact member order of docs/contract.md#side-effect-intents-topic.
 	var keys []string
-	d := json.NewDecoder(bytesReader(v))
+	d := json.NewDecoder(bytes.NewReader(v))
 	d.Token()
 	for d.More() {
 		k, _ := d.Token()
@@ -148,7 +150,7 @@ func TestIntentValueRoundTrip(t *testing.T) {
 	if want := []string{"key", "effect", "projection", "aggregateId", "aggregateVersion", "eventId", "event"}; !slices.Equal(keys, want) {
 		t.Fatalf("members %v, want %v", keys, want)
 	}
-	in, err := ParseIntent(v)
+	in, err := effect.ParseIntent(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +163,7 @@ func TestIntentValueRoundTrip(t *testing.T) {
 		t.Fatalf("embedded event %s: %v", in.Event, err)
 	}
 	for _, bad := range []string{``, `[]`, `{"key":"","effect":"x"}`, `{"key":"k"}`, `{"key":1,"effect":"x"}`} {
-		if _, err := ParseIntent([]byte(bad)); !errors.Is(err, ErrBadIntent) {
+		if _, err := effect.ParseIntent([]byte(bad)); !errors.Is(err, effect.ErrBadIntent) {
 			t.Errorf("ParseIntent(%q) = %v", bad, err)
 		}
 	}
