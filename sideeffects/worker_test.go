@@ -2,7 +2,6 @@ package sideeffects_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -104,22 +103,15 @@ sideEffects:
 
 // expectedKeys derives the idempotency keys the stream must produce, from
 // the records themselves: every distinct applied SLA_BREACH escalation.
-func expectedKeys(recs []workload.Record) map[string]bool {
+func expectedKeys(t *testing.T, recs []workload.Record) map[string]bool {
+	evs, err := workload.FirstDeliveries(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	keys := map[string]bool{}
-	for _, r := range recs {
-		if r.Kind != workload.KindEvent {
-			continue
-		}
-		var ev struct {
-			Type    string `json:"eventType"`
-			Agg     string `json:"aggregateId"`
-			Version int64  `json:"aggregateVersion"`
-			Payload struct {
-				Reason string `json:"reasonCode"`
-			} `json:"payload"`
-		}
-		if json.Unmarshal(r.Value, &ev) == nil && ev.Type == "CaseEscalated" && ev.Payload.Reason == "SLA_BREACH" {
-			keys[fmt.Sprintf("email:%s:v%d", ev.Agg, ev.Version)] = true
+	for _, e := range evs {
+		if e.Type == "CaseEscalated" && e.Payload["reasonCode"] == "SLA_BREACH" {
+			keys[fmt.Sprintf("email:%s:v%d", e.Agg, e.Version)] = true
 		}
 	}
 	return keys
@@ -181,7 +173,7 @@ func setup(t *testing.T, events int) ([]string, []workload.Record, map[string]bo
 	o := workload.Defaults()
 	o.Events, o.Aggregates, o.Seed = events, events/10, 7
 	recs, _ := workload.Generate(o)
-	keys := expectedKeys(recs)
+	keys := expectedKeys(t, recs)
 	if len(keys) == 0 {
 		t.Fatal("workload has no SLA escalations")
 	}

@@ -120,17 +120,17 @@ func (o *Options) applyDefaults() {
 // Validate reports options that cannot run.
 func (o Options) Validate() error {
 	var errs []error
-	rate := func(name string, v float64) {
-		if v < 0 || v > 1 {
-			errs = append(errs, fmt.Errorf("--%s: %g is not between 0 and 1 (a share of --events)", name, v))
+	for _, r := range []struct {
+		flag  string
+		share float64
+	}{
+		{"duplicates", o.Duplicates}, {"reorder", o.Reorder}, {"late-gaps", o.LateGaps},
+		{"stale", o.Stale}, {"conflicts", o.Conflicts}, {"invalid", o.Invalid},
+	} {
+		if r.share < 0 || r.share > 1 {
+			errs = append(errs, fmt.Errorf("--%s: %g is not between 0 and 1 (a share of --events)", r.flag, r.share))
 		}
 	}
-	rate("duplicates", o.Duplicates)
-	rate("reorder", o.Reorder)
-	rate("late-gaps", o.LateGaps)
-	rate("stale", o.Stale)
-	rate("conflicts", o.Conflicts)
-	rate("invalid", o.Invalid)
 	if o.Events < 0 || o.Aggregates < 0 || o.Partitions < 0 || o.Batch < 0 || o.Runs < 0 || o.Chunk < 0 || o.FloorRecords < 0 {
 		errs = append(errs, errors.New("counts must not be negative"))
 	}

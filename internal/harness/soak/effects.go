@@ -2,7 +2,6 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -40,23 +39,18 @@ func EffectKey(aggregateID string, version int64) string {
 // (workload.KindEvent) is applied eventually – the reference fold's final
 // version of each aggregate is its full history – while duplicates, stale
 // writers, conflicts and invalid records are not.
-func ExpectedEffectKeys(recs []workload.Record) map[string]bool {
-	keys := map[string]bool{}
-	for _, r := range recs {
-		if r.Kind != workload.KindEvent {
-			continue
-		}
-		var m struct {
-			Type    string `json:"eventType"`
-			Agg     string `json:"aggregateId"`
-			Version int64  `json:"aggregateVersion"`
-		}
-		if json.Unmarshal(r.Value, &m) != nil || m.Type != EffectOn {
-			continue
-		}
-		keys[EffectKey(m.Agg, m.Version)] = true
+func ExpectedEffectKeys(recs []workload.Record) (map[string]bool, error) {
+	evs, err := workload.FirstDeliveries(recs)
+	if err != nil {
+		return nil, err
 	}
-	return keys
+	keys := map[string]bool{}
+	for _, e := range evs {
+		if e.Type == EffectOn {
+			keys[EffectKey(e.Agg, e.Version)] = true
+		}
+	}
+	return keys, nil
 }
 
 // receiver is a webhook receiver that honours Idempotency-Key as a real one

@@ -62,7 +62,10 @@ func TestExpectedEffectKeys(t *testing.T) {
 	o := workload.Defaults()
 	o.Events, o.Aggregates = 3000, 300
 	recs, _ := workload.Generate(o)
-	keys := ExpectedEffectKeys(recs)
+	keys, err := ExpectedEffectKeys(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	escalated := 0
 	for _, r := range recs {
 		if r.Kind == workload.KindEvent && strings.Contains(string(r.Value), `"eventType":"CaseEscalated"`) {

@@ -310,7 +310,9 @@ func (r *run) setup(ctx context.Context, recs []workload.Record, exp workload.Ex
 			return err
 		}
 		r.onClose(r.rcv.close)
-		r.effectKeys = ExpectedEffectKeys(recs)
+		if r.effectKeys, err = ExpectedEffectKeys(recs); err != nil {
+			return err
+		}
 		effects = fmt.Sprintf(effectsConfig, EffectName, EffectOn, r.rcv.url)
 		r.logf("side effect %s on %s: %d keys expected; receiver %s answers in %s–%s", EffectName, EffectOn, len(r.effectKeys), r.rcv.url, o.ReceiverMin, o.ReceiverMax)
 	}

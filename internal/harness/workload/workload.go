@@ -7,6 +7,7 @@
 package workload
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -150,4 +151,32 @@ func (g *gen) history(a, n int) []ev {
 		h[i] = e
 	}
 	return h
+}
+
+// Event is what checkers key on in a first delivery: its type, aggregate,
+// version and payload.
+type Event struct {
+	Type    string         `json:"eventType"`
+	Agg     string         `json:"aggregateId"`
+	Version int64          `json:"aggregateVersion"`
+	Payload map[string]any `json:"payload"`
+}
+
+// FirstDeliveries decodes the first deliveries (KindEvent) of recs, in
+// order: the events a correct processor applies eventually (duplicates,
+// stale writers, conflicts and invalid records are left out). A first
+// delivery that does not decode is the generator's bug: the error says which.
+func FirstDeliveries(recs []Record) ([]Event, error) {
+	var out []Event
+	for i, r := range recs {
+		if r.Kind != KindEvent {
+			continue
+		}
+		var e Event
+		if err := json.Unmarshal(r.Value, &e); err != nil {
+			return nil, fmt.Errorf("workload: record %d (a first delivery): %w", i, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package rebuild
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -122,11 +123,7 @@ func (r *receiver) counts() (reqs, keys int) {
 func (r *receiver) received() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]int, len(r.keys))
-	for k, v := range r.keys {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.keys)
 }
 
 // workloadOptions scales the default mix to events (divided by 10 under -race).

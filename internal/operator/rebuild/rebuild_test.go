@@ -3,7 +3,6 @@ package rebuild
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -318,20 +317,12 @@ func changedKeys(t *testing.T, recs []workload.Record) map[string]bool {
 		typ     string
 		payload map[string]any
 	}
+	evs, err := workload.FirstDeliveries(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hist := map[string]map[int64]event{}
-	for _, r := range recs {
-		if r.Kind != workload.KindEvent {
-			continue
-		}
-		var e struct {
-			Type    string         `json:"eventType"`
-			Agg     string         `json:"aggregateId"`
-			Version int64          `json:"aggregateVersion"`
-			Payload map[string]any `json:"payload"`
-		}
-		if err := json.Unmarshal(r.Value, &e); err != nil {
-			t.Fatal(err)
-		}
+	for _, e := range evs {
 		if hist[e.Agg] == nil {
 			hist[e.Agg] = map[int64]event{}
 		}

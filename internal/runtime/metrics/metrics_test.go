@@ -46,48 +46,33 @@ func newFake() *fakeSource {
 	return &fakeSource{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}, txns: map[string]int64{}}
 }
 
+// locked reads one of the fake's fields under its mutex.
+func locked[T any](f *fakeSource, read func() T) T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return read()
+}
+
 func (f *fakeSource) Events(p, o string) int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.events[[2]string{p, o}]
+	return locked(f, func() int64 { return f.events[[2]string{p, o}] })
 }
-func (f *fakeSource) DeadLetters(r string) int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.dlq[r]
-}
+func (f *fakeSource) DeadLetters(r string) int64 { return locked(f, func() int64 { return f.dlq[r] }) }
 func (f *fakeSource) Effects(e, s string) int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.effects[[2]string{e, s}]
+	return locked(f, func() int64 { return f.effects[[2]string{e, s}] })
 }
 func (f *fakeSource) Transactions(r string) int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.txns[r]
+	return locked(f, func() int64 { return f.txns[r] })
 }
-func (f *fakeSource) Restored() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.restored
-}
+func (f *fakeSource) Restored() int64         { return locked(f, func() int64 { return f.restored }) }
 func (f *fakeSource) MissingInputs() []string { return nil }
 func (f *fakeSource) RestoreRetries() int64   { return 0 }
 
-func (f *fakeSource) Ready() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.ready
-}
+func (f *fakeSource) Ready() bool { return locked(f, func() bool { return f.ready }) }
 func (f *fakeSource) Assigned() []state.Task {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.assigned)
+	return locked(f, func() []state.Task { return slices.Clone(f.assigned) })
 }
 func (f *fakeSource) Gaps() map[string]processor.GapSummary {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.gaps)
+	return locked(f, func() map[string]processor.GapSummary { return maps.Clone(f.gaps) })
 }
 func (f *fakeSource) Observe(fn func(processor.TxnObservation)) {
 	f.mu.Lock()
