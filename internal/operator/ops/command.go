@@ -97,34 +97,35 @@ func SkipGap(ctx context.Context, brokers []string, opts []kgo.Opt, cmd processo
 
 type partitionKey struct{}
 
-// Worker describes the consumer group of the processor.
-type Worker struct {
+// GroupState is what the broker says about the processor's consumer group:
+// whether a processor is running to apply a command.
+type GroupState struct {
 	State   string // Stable, Empty, Dead, …
 	Members int
 }
 
 // Running reports whether the group has members.
-func (w Worker) Running() bool { return w.Members > 0 }
+func (g GroupState) Running() bool { return g.Members > 0 }
 
-// DescribeWorker describes the processor's consumer group.
-func DescribeWorker(ctx context.Context, brokers []string, opts []kgo.Opt, group string) (Worker, error) {
+// DescribeGroup describes the processor's consumer group.
+func DescribeGroup(ctx context.Context, brokers []string, opts []kgo.Opt, group string) (GroupState, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
-		return Worker{}, err
+		return GroupState{}, err
 	}
 	defer cl.Close()
 	gs, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
 	if err != nil {
-		return Worker{}, fmt.Errorf("ops: describe group %s: %w", group, err)
+		return GroupState{}, fmt.Errorf("ops: describe group %s: %w", group, err)
 	}
 	g, ok := gs[group]
 	if !ok {
-		return Worker{State: "Dead"}, nil
+		return GroupState{State: "Dead"}, nil
 	}
 	if g.Err != nil {
-		return Worker{}, fmt.Errorf("ops: describe group %s: %w", group, g.Err)
+		return GroupState{}, fmt.Errorf("ops: describe group %s: %w", group, g.Err)
 	}
-	return Worker{State: g.State, Members: len(g.Members)}, nil
+	return GroupState{State: g.State, Members: len(g.Members)}, nil
 }
 
 // ErrNotApplied reports a command the worker did not apply within the wait.

@@ -39,7 +39,7 @@ type Skipped struct {
 	Before *State
 	// Queued is set when no worker runs in the group: the command is
 	// applied when the processor runs.
-	Queued *Worker
+	Queued *GroupState
 	// NothingToWait: forced with nothing held, there is nothing to see.
 	NothingToWait bool
 	// After is the committed state of the partitions the command went to,
@@ -84,7 +84,7 @@ func SkipGapAndWait(ctx context.Context, t Target, k Skip) (*Skipped, error) {
 		return out, nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	wk, err := DescribeWorker(wctx, t.Brokers, t.ClientOpts, t.Group)
+	wk, err := DescribeGroup(wctx, t.Brokers, t.ClientOpts, t.Group)
 	cancel()
 	if err == nil && !wk.Running() {
 		out.Queued = &wk
