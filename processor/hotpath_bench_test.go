@@ -46,9 +46,9 @@ func BenchmarkProcessEvent(b *testing.B) {
 	}
 	id := state.Task{Topic: "case-events", Partition: 0}
 	task := &eos.Task{ID: id, Prefix: id.Prefix()}
-	h := (*pipeline)(p)
+	h := (*pipeline)(p).NewTask(task)
 	changelog := ChangelogTopic(p.cfg.Group, "case-events")
-	if err := h.Restored(task); err != nil {
+	if err := h.Restored(); err != nil {
 		b.Fatal(err)
 	}
 	produced := 0
@@ -81,7 +81,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 	for range 2 {
 		bt := eos.NewTaskBatch(st, task, now, produce)
 		for _, r := range next() {
-			if err := h.Process(bt, task, r); err != nil {
+			if err := h.Process(bt, r); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -96,7 +96,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if err := h.Process(bt, task, batch[i]); err != nil {
+		if err := h.Process(bt, batch[i]); err != nil {
 			b.Fatal(err)
 		}
 		processed++

@@ -68,23 +68,23 @@ func appendMember(b []byte, member, v string) []byte {
 // suppressed in rebuild mode (docs/design.md#effects-only-from-applied,
 // docs/design.md#no-effects-in-rebuild). Intents are only ever built from
 // Changes, that is from applied events.
-func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projection, c projection.Change) {
+func (p *Processor) emitIntents(b *eos.Batch, ts *taskState, pr *projection.Projection, c projection.Change) {
 	intents := c.Effects
 	if p.cfg.EffectRules != nil {
 		more, err := p.cfg.EffectRules.Intents(pr.Name, c.Event, c.Version)
 		if err != nil {
-			p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonHandlerError,
+			p.deadLetter(b, ts, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonHandlerError,
 				"event applied, but a side effect could not be built: "+err.Error())
 		}
 		intents = append(intents, more...)
 	}
 	for _, in := range intents {
 		if p.cfg.Mode == Rebuild {
-			p.batchOf(b).counts.effect(in.Effect, "suppressed")
+			ts.batchOf(b).counts.effect(in.Effect, "suppressed")
 			continue
 		}
 		v := sideeffects.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
-		p.batchOf(b).counts.effect(in.Effect, "enqueued")
+		ts.batchOf(b).counts.effect(in.Effect, "enqueued")
 	}
 }

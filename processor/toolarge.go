@@ -77,9 +77,9 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 // exceed the record limit is discarded (the guard stays where it was, so
 // the aggregate's later versions are held behind the missing one) and
 // tooBig says why.
-func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *projection.Event, src projection.Source) (step projection.Step, tooBig string, err error) {
+func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *projection.Event, src projection.Source) (step projection.Step, tooBig string, err error) {
 	kv := staging.New(b.Txn)
-	step, err = g.Offer(kv, t.Prefix, ev, src, b.Now)
+	step, err = g.Offer(kv, ts.task.Prefix, ev, src, b.Now)
 	if err != nil {
 		return step, "", err
 	}
@@ -89,7 +89,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 		// too large: apply the offered event alone, leaving them held (they
 		// wait under the gap policy).
 		kv = staging.New(b.Txn)
-		if step, err = g.OfferHoldingBack(kv, t.Prefix, ev, src, b.Now); err != nil {
+		if step, err = g.OfferHoldingBack(kv, ts.task.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
 		if msg2, _ := p.tooLarge(g, &step, kv); msg2 == "" {
