@@ -197,10 +197,17 @@ func outcomeLabel(o projection.Outcome) string {
 }
 
 // emitStep turns a guard step into output records and gap-index updates.
-func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, step projection.Step) {
-	for _, c := range step.Changes {
+func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, step checkedStep) {
+	for i, c := range step.Changes {
 		b.Produce(projectionRecord(g.P, c))
-		p.emitIntents(b, ts, g.P, c)
+		fx := changeIntents{list: c.Effects} // the handler's; the rules' too, below
+		switch {
+		case step.intents != nil: // built by the size check
+			fx = step.intents[i]
+		case p.cfg.EffectRules != nil:
+			fx = p.intents(g.P, &c)
+		}
+		p.emitIntents(b, ts, g.P, c, fx)
 	}
 	for _, f := range step.Failures {
 		p.deadLetter(b, ts, f.Source.Offset, f.Source.Key, f.Source.Value, ReasonHandlerError, f.Err.Error())
@@ -212,7 +219,7 @@ func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *projection.Guard, a
 	// before or after the step; most steps (in order, nothing held) skip
 	// the index.
 	if g.P.Versioned && (step.HeldBefore > 0 || step.HeldCount > 0) {
-		ts.trackGap(b, gapKey{g.P.Name, aggregate}, step)
+		ts.trackGap(b, gapKey{g.P.Name, aggregate}, step.Step)
 	}
 }
 
