@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/projection"
@@ -33,27 +32,7 @@ func TestRuleIntentsBuiltOncePerChange(t *testing.T) {
 	}
 	defer st.Close()
 	rules := &countingRules{}
-	p, err := New(Config{
-		Session: Session{
-			Name: "intents", InstanceID: "i", Brokers: []string{"127.0.0.1:1"}, DeadLetterTopic: "dlq",
-			Store: st,
-		},
-		Inputs:       []string{"case-events"},
-		EffectsTopic: "effects",
-		Projections: []*projection.Projection{{Name: "case-overview", Topic: "case-overview.v1",
-			Handler: projection.Rules{"CaseUpdated": projection.Merge}, Versioned: true}},
-		EffectRules: rules,
-		Dedup:       dedup.NewStore(time.Hour), Mode: Live,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := state.Task{Topic: "case-events", Partition: 0}
-	task := &eos.Task{ID: id, Prefix: id.Prefix()}
-	ts := (*pipeline)(p).NewTask(task)
-	if err := ts.Restored(); err != nil {
-		t.Fatal(err)
-	}
+	p, task, ts := directTask(t, st, rules)
 	var intents []*kgo.Record
 	bt := eos.NewTaskBatch(st, task, time.Now(), func(r *kgo.Record) {
 		if r.Topic == "effects" {
