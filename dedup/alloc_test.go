@@ -47,28 +47,28 @@ func TestCheckMarkAllocs(t *testing.T) {
 	kv := &mapKV{index: map[string]int{}}
 	id, fp := dedup.MakeID("t", "e1"), [32]byte{7}
 	var m dedup.Marks
-	d.Mark(kv, nil, &m, prefix, 0, id, fp, now)
-	filter := dedup.NewFilter(10)
+	bare, filtered := d.PartitionOver(prefix, nil, nil), d.PartitionOver(prefix, dedup.NewFilter(10), nil)
+	bare.Mark(kv, &m, 0, id, fp, now)
 	for _, c := range []struct {
 		name string
 		want float64
 		fn   func()
 	}{
-		{"check hit", 0, func() { d.Check(kv, nil, nil, prefix, id, fp, now) }},
-		{"check miss", 0, func() { d.Check(kv, nil, nil, prefix, dedup.MakeID("t", "e2"), fp, now) }},
-		{"check filtered", 0, func() { d.Check(kv, filter, nil, prefix, dedup.MakeID("t", "e2"), fp, now) }},
+		{"check hit", 0, func() { bare.Check(kv, id, fp, now) }},
+		{"check miss", 0, func() { bare.Check(kv, dedup.MakeID("t", "e2"), fp, now) }},
+		{"check filtered", 0, func() { filtered.Check(kv, dedup.MakeID("t", "e2"), fp, now) }},
 		// The same key again: the KV has the key, so only the entry allocates.
-		{"mark", 1, func() { d.Mark(kv, filter, &m, prefix, 1, id, fp, now) }},
+		{"mark", 1, func() { filtered.Mark(kv, &m, 1, id, fp, now) }},
 	} {
 		if got := testing.AllocsPerRun(100, c.fn); got > c.want {
 			t.Errorf("%s: %v allocations, want %v", c.name, got, c.want)
 		}
 	}
 	// The marked entry reads back after a mark over the same buffer reuse.
-	if v, err := d.Check(kv, nil, nil, prefix, id, fp, now); err != nil || v != dedup.Duplicate {
+	if v, err := bare.Check(kv, id, fp, now); err != nil || v != dedup.Duplicate {
 		t.Fatalf("verdict %v (%v), want duplicate", v, err)
 	}
-	if v, err := d.Check(kv, nil, nil, prefix, id, [32]byte{8}, now); err != nil || v != dedup.Conflict {
+	if v, err := bare.Check(kv, id, [32]byte{8}, now); err != nil || v != dedup.Conflict {
 		t.Fatalf("verdict %v (%v), want conflict", v, err)
 	}
 }

@@ -35,7 +35,6 @@
 package dedup
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -165,39 +164,6 @@ func validEntry(v []byte) bool {
 	return len(v) == entryLen || (len(v) == segmentEntryLen && v[entryLen] == fromSegment)
 }
 
-// Check reports whether id was seen within the retention window, and if so
-// whether with the same fingerprint. f, if not nil, answers most misses
-// without reading the store; r, if not nil, most recent duplicates.
-func (s *Store) Check(kv KV, f *Filter, r *Recent, taskPrefix []byte, id ID, fp [32]byte, now time.Time) (Verdict, error) {
-	if f != nil && !f.MayContain(id) {
-		return New, nil
-	}
-	if v, known := s.recentVerdict(r, id, fp, now); known {
-		return v, nil
-	}
-	kb := keyBufs.Get().(*[]byte)
-	key := appendKey((*kb)[:0], taskPrefix, id)
-	v, ok, err := kv.Get(key)
-	*kb = key[:0]
-	keyBufs.Put(kb)
-	if err != nil {
-		return New, fmt.Errorf("dedup: check: %w", err)
-	}
-	if !ok {
-		return New, nil
-	}
-	if !validEntry(v) {
-		return New, ErrCorrupt
-	}
-	if !s.live(v, now) {
-		return New, nil // expired, not yet swept
-	}
-	if bytes.Equal(v[:32], fp[:]) {
-		return Duplicate, nil
-	}
-	return Conflict, nil
-}
-
 // recentVerdict answers from r: known is false when id is not there or its
 // mark has expired (then the store must be asked). A known id is a Duplicate
 // when the fingerprint prefixes match, a Conflict otherwise (a different
@@ -231,50 +197,11 @@ type segment struct {
 	buf []byte
 }
 
-// Mark records id with its fingerprint at now (and in f, if not nil): an
-// entry in Pebble, and an item of the segment m builds for the changelog.
-// offset is the input record's offset.
-func (s *Store) Mark(kv KV, f *Filter, m *Marks, taskPrefix []byte, offset int64, id ID, fp [32]byte, now time.Time) {
-	if f != nil {
-		f.Add(id)
-	}
-	at := now.UnixMilli()
-	if m.n > 0 && (m.at != at || m.n == segmentMax) {
-		s.Stage(kv, m, taskPrefix)
-	}
-	if m.n == 0 {
-		m.first, m.at = offset, at
-		m.buf = append(make([]byte, 0, 4096), segmentVersion)
-	}
-	m.buf = append(append(m.buf, id[:]...), fp[:]...)
-	m.n++
-	// One allocation for both: KV.SetLocal keeps the value (and may keep
-	// the key).
-	n := len(taskPrefix) + 1 + len(id)
-	buf := make([]byte, n+segmentEntryLen)
-	k := appendKey(buf[:0:n], taskPrefix, id)
-	putEntry(buf[n:], fp[:], at)
-	kv.SetLocal(k, buf[n:])
-}
-
 // putEntry fills a segment-restored entry value (segmentEntryLen bytes).
 func putEntry(v, fp []byte, at int64) {
 	copy(v, fp)
 	binary.BigEndian.PutUint64(v[32:], uint64(at))
 	v[entryLen] = fromSegment
-}
-
-// Stage writes the segment m holds, if any, into kv (its changelog record and
-// Pebble marker) and empties m. Call it before the transaction's changelog
-// records are produced; Mark calls it when a segment is full.
-func (s *Store) Stage(kv KV, m *Marks, taskPrefix []byte) {
-	if m.n == 0 {
-		return
-	}
-	key := binary.BigEndian.AppendUint64(segmentPrefix(taskPrefix), uint64(m.at))
-	key = binary.BigEndian.AppendUint64(key, uint64(m.first))
-	kv.SetLogged(key, binary.BigEndian.AppendUint32(nil, uint32(m.n)), m.buf)
-	*m = Marks{staged: append(m.staged, segment{m.at, m.buf})}
 }
 
 // eachStaged calls fn for every mark of the staged segments (the buffers are
@@ -333,114 +260,3 @@ func (s *Store) expand(key, value []byte, now time.Time, emit func(key, value []
 	}
 	return nil
 }
-
-// Sweeper deletes expired entries of one task, a bounded chunk at a time.
-// Its zero value starts a pass at once; NewSweeper waits a period first.
-type Sweeper struct {
-	next   time.Time // when the next pass may start
-	cursor []byte    // where the current pass's entries continue; nil: no pass running
-	// segments is where the pass's segment phase continues (nil: done), so
-	// that no chunk walks again over the markers an earlier chunk deleted.
-	segments []byte
-}
-
-// Due reports whether Sweep has work at now: a pass under way, or the next
-// one due. (The caller can skip staging anything for the sweep otherwise.)
-func (sw *Sweeper) Due(now time.Time) bool { return sw.cursor != nil || !now.Before(sw.next) }
-
-// SweepKV is what a sweep needs: a scan that sees the staged overlay,
-// deletions that become changelog tombstones, and local ones.
-type SweepKV interface {
-	ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error
-	Delete(key []byte)
-	DeleteLocal(key []byte)
-}
-
-// errChunk stops a scan at the chunk boundary.
-var errChunk = errors.New("dedup: chunk done")
-
-// Sweep runs one chunk of the expiry pass over the task's entries when one is
-// due (a pass starts every retention/8 and continues chunk by chunk). A pass
-// first tombstones the expired segments, then deletes the expired entries.
-// It examines at most examine keys, deletes the expired ones through kv and
-// returns how many it deleted.
-func (s *Store) Sweep(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, error) {
-	if !sw.Due(now) {
-		return 0, nil
-	}
-	if sw.cursor == nil {
-		sw.cursor = Prefix(taskPrefix)
-		sw.segments = segmentPrefix(taskPrefix)
-	}
-	deleted := 0
-	if sw.segments != nil {
-		n, err := s.sweepSegments(sw, kv, taskPrefix, now, examine)
-		if err != nil || sw.segments != nil {
-			return n, err
-		}
-		deleted = n
-	}
-	prefix := Prefix(taskPrefix)
-	seen := deleted // the segments tombstoned count against the chunk
-	var last []byte
-	err := kv.ScanFrom(prefix, sw.cursor, func(k, v []byte) error {
-		if seen >= examine {
-			last = append(last[:0], k...)
-			return errChunk
-		}
-		seen++
-		if !validEntry(v) || s.live(v, now) {
-			return nil
-		}
-		if len(v) == entryLen {
-			kv.Delete(append([]byte(nil), k...)) // it has its own changelog record
-		} else {
-			kv.DeleteLocal(append([]byte(nil), k...)) // its segment's tombstone covers it
-		}
-		deleted++
-		return nil
-	})
-	switch {
-	case errors.Is(err, errChunk):
-		sw.cursor = last
-	case err != nil:
-		return deleted, err
-	default:
-		sw.cursor = nil
-		sw.next = now.Add(s.retention / 8)
-	}
-	return deleted, nil
-}
-
-// sweepSegments tombstones up to examine expired segments, oldest first,
-// from the pass's segment cursor; it clears the cursor once it reached the
-// first live segment (or the end).
-func (s *Store) sweepSegments(sw *Sweeper, kv SweepKV, taskPrefix []byte, now time.Time, examine int) (int, error) {
-	prefix := segmentPrefix(taskPrefix)
-	deleted := 0
-	var next []byte // nil: the segment phase is done
-	err := kv.ScanFrom(prefix, sw.segments, func(k, _ []byte) error {
-		if len(k) != len(taskPrefix)+segmentKeyLen {
-			return nil // not ours to judge; Restore would have refused it
-		}
-		if s.liveAt(int64(binary.BigEndian.Uint64(k[len(prefix):])), now) {
-			return errChunk // markers are in time order: the rest are live
-		}
-		if deleted >= examine {
-			next = append([]byte(nil), k...)
-			return errChunk
-		}
-		kv.Delete(append([]byte(nil), k...))
-		deleted++
-		return nil
-	})
-	if err != nil && !errors.Is(err, errChunk) {
-		return deleted, err
-	}
-	sw.segments = next
-	return deleted, nil
-}
-
-// NewSweeper returns a sweeper whose first pass starts one period (retention/8)
-// after now, so that a restart does not begin with a full scan.
-func (s *Store) NewSweeper(now time.Time) *Sweeper { return &Sweeper{next: now.Add(s.retention / 8)} }

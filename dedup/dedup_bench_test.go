@@ -62,10 +62,11 @@ func loadFixture(b *testing.B) *dedupFixture {
 		for i := 0; i < benchStored; i += 10_000 {
 			txn := st.NewTxn()
 			var m dedup.Marks
+			pt := fixture.d.PartitionOver(fixture.prefix, nil, nil)
 			for j := i; j < i+10_000; j++ {
-				fixture.d.Mark(txn, nil, &m, fixture.prefix, int64(j), benchID(2*j), benchFP(2*j), benchNow)
+				pt.Mark(txn, &m, int64(j), benchID(2*j), benchFP(2*j), benchNow)
 			}
-			fixture.d.Stage(txn, &m, fixture.prefix)
+			pt.Stage(txn, &m)
 			if fixture.err = txn.Commit(); fixture.err != nil {
 				return
 			}
@@ -96,6 +97,7 @@ func benchCheck(b *testing.B, filtered bool) {
 			b.Fatal(err)
 		}
 	}
+	pt := f.d.PartitionOver(f.prefix, filter, nil)
 	const probes = 100_000
 	ids := make([]dedup.ID, probes)
 	fps := make([][32]byte, probes)
@@ -114,7 +116,7 @@ func benchCheck(b *testing.B, filtered bool) {
 			txn = f.st.NewTxn()
 		}
 		k := i % probes
-		v, err := f.d.Check(txn, filter, nil, f.prefix, ids[k], fps[k], benchNow)
+		v, err := pt.Check(txn, ids[k], fps[k], benchNow)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -150,6 +152,7 @@ func benchCheckMark(b *testing.B, filtered bool) {
 			b.Fatal(err)
 		}
 	}
+	pt := f.d.PartitionOver(f.prefix, filter, nil)
 	const txnSize = 5000
 	ids := make([]dedup.ID, txnSize)
 	fps := make([][32]byte, txnSize)
@@ -167,7 +170,7 @@ func benchCheckMark(b *testing.B, filtered bool) {
 	var m dedup.Marks
 	i := 0
 	for b.Loop() {
-		v, err := f.d.Check(kv, filter, nil, f.prefix, ids[i], fps[i], benchNow)
+		v, err := pt.Check(kv, ids[i], fps[i], benchNow)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -176,9 +179,9 @@ func benchCheckMark(b *testing.B, filtered bool) {
 		}
 		// The id's own input offset (next gave the batch's ids the offsets
 		// up to markNext), so that each segment has its own key.
-		f.d.Mark(txn, filter, &m, f.prefix, int64(markNext-txnSize+i+1), ids[i], fps[i], benchNow)
+		pt.Mark(txn, &m, int64(markNext-txnSize+i+1), ids[i], fps[i], benchNow)
 		if i++; i == txnSize {
-			f.d.Stage(txn, &m, f.prefix)
+			pt.Stage(txn, &m)
 			if err := txn.Commit(); err != nil {
 				b.Fatal(err)
 			}

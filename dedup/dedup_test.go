@@ -36,14 +36,14 @@ func TestVerdicts(t *testing.T) {
 	id := dedup.MakeID("", "e1")
 	check := func(id dedup.ID, fp [32]byte, at time.Time, want dedup.Verdict) {
 		t.Helper()
-		got, err := d.Check(txn, nil, nil, prefix, id, fp, at)
+		got, err := d.PartitionOver(prefix, nil, nil).Check(txn, id, fp, at)
 		if err != nil || got != want {
 			t.Fatalf("got %s (%v), want %s", got, err, want)
 		}
 	}
 	check(id, fp1, now, dedup.New)
 	var m dedup.Marks
-	d.Mark(txn, nil, &m, prefix, 0, id, fp1, now)
+	d.PartitionOver(prefix, nil, nil).Mark(txn, &m, 0, id, fp1, now)
 	check(id, fp1, now, dedup.Duplicate)
 	check(id, fp2, now, dedup.Conflict)
 	check(dedup.MakeID("tenant-a", "e1"), fp2, now, dedup.New) // another tenant's e1
@@ -65,19 +65,19 @@ func TestAbortedMarkLeavesNothing(t *testing.T) {
 	id := dedup.MakeID("", "e1")
 	aborted := st.NewTxn()
 	var m dedup.Marks
-	d.Mark(aborted, nil, &m, prefix, 0, id, [32]byte{1}, now)
-	d.Stage(aborted, &m, prefix)
+	d.PartitionOver(prefix, nil, nil).Mark(aborted, &m, 0, id, [32]byte{1}, now)
+	d.PartitionOver(prefix, nil, nil).Stage(aborted, &m)
 	fresh := st.NewTxn()
-	if v, _ := d.Check(fresh, nil, nil, prefix, id, [32]byte{1}, now); v != dedup.New {
+	if v, _ := d.PartitionOver(prefix, nil, nil).Check(fresh, id, [32]byte{1}, now); v != dedup.New {
 		t.Fatalf("verdict %s after an uncommitted mark, want new", v)
 	}
 	committed := st.NewTxn()
-	d.Mark(committed, nil, &m, prefix, 0, id, [32]byte{1}, now)
-	d.Stage(committed, &m, prefix)
+	d.PartitionOver(prefix, nil, nil).Mark(committed, &m, 0, id, [32]byte{1}, now)
+	d.PartitionOver(prefix, nil, nil).Stage(committed, &m)
 	if err := committed.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := d.Check(st.NewTxn(), nil, nil, prefix, id, [32]byte{1}, now); v != dedup.Duplicate {
+	if v, _ := d.PartitionOver(prefix, nil, nil).Check(st.NewTxn(), id, [32]byte{1}, now); v != dedup.Duplicate {
 		t.Fatalf("verdict %s after a committed mark, want duplicate", v)
 	}
 }
@@ -99,9 +99,9 @@ func markAll(t *testing.T, st *state.Store, d *dedup.Store, from, n int, at time
 	txn := st.NewTxn()
 	var m dedup.Marks
 	for i := from; i < from+n; i++ {
-		d.Mark(txn, nil, &m, prefix, int64(i), dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}, at)
+		d.PartitionOver(prefix, nil, nil).Mark(txn, &m, int64(i), dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}, at)
 	}
-	d.Stage(txn, &m, prefix)
+	d.PartitionOver(prefix, nil, nil).Stage(txn, &m)
 	recs := changelog(txn)
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestSegments(t *testing.T) {
 	for _, i := range []int{0, 1, 2047, 2048, n - 1} {
 		id, fp := dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}
 		for fp2, want := range map[[32]byte]dedup.Verdict{fp: dedup.Duplicate, {0xff}: dedup.Conflict} {
-			if v, err := d.Check(fresh.NewTxn(), nil, nil, prefix, id, fp2, now.Add(time.Minute)); err != nil || v != want {
+			if v, err := d.PartitionOver(prefix, nil, nil).Check(fresh.NewTxn(), id, fp2, now.Add(time.Minute)); err != nil || v != want {
 				t.Fatalf("e%d after restore: %s (%v), want %s", i, v, err, want)
 			}
 		}
@@ -220,11 +220,11 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var sw dedup.Sweeper
+	sw := d.PartitionOver(prefix, nil, nil)
 	total, tombstones, chunks := 0, 0, 0
 	for {
 		txn := st.NewTxn()
-		n, err := d.Sweep(&sw, txn, prefix, now, 3)
+		n, err := sw.Sweep(txn, now, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +249,7 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 	if total != 4+20+1 || tombstones != 4+1 {
 		t.Fatalf("deleted %d with %d changelog tombstones, want 25 with 5 (4 segments, 1 old-layout entry)", total, tombstones)
 	}
-	if n, _ := d.Sweep(&sw, st.NewTxn(), prefix, now.Add(time.Minute), 3); n != 0 {
+	if n, _ := sw.Sweep(st.NewTxn(), now.Add(time.Minute), 3); n != 0 {
 		t.Fatal("a new pass started before retention/8")
 	}
 	keys := map[byte]int{}
@@ -266,7 +266,7 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 		if name == "new" {
 			fp = [32]byte{}
 		}
-		if v, _ := d.Check(st.NewTxn(), nil, nil, prefix, dedup.MakeID("", name), fp, now); v != dedup.Duplicate {
+		if v, _ := d.PartitionOver(prefix, nil, nil).Check(st.NewTxn(), dedup.MakeID("", name), fp, now); v != dedup.Duplicate {
 			t.Fatalf("live entry %s was swept (%s)", name, v)
 		}
 	}
@@ -309,9 +309,8 @@ func TestSweepTombstonesRestoredExpiredSegment(t *testing.T) {
 	if n := restore(t, fresh, d, recs, now); n != 1 {
 		t.Fatalf("restore of an expired segment wrote %d keys, want its marker only", n)
 	}
-	var sw dedup.Sweeper
 	txn := fresh.NewTxn()
-	if _, err := d.Sweep(&sw, txn, prefix, now, 100); err != nil {
+	if _, err := d.PartitionOver(prefix, nil, nil).Sweep(txn, now, 100); err != nil {
 		t.Fatal(err)
 	}
 	got := changelog(txn)

@@ -14,3 +14,11 @@ func (r *Recent) Add(id ID, fp [32]byte, at time.Time) {
 func (s *Store) RecentVerdict(r *Recent, id ID, fp [32]byte, now time.Time) (Verdict, bool) {
 	return s.recentVerdict(r, id, fp, now)
 }
+
+// PartitionOver returns a partition of s under prefix with filter f and
+// recent-id cache r (nil: none, so that Check reads the store) and a sweeper
+// whose first pass starts at once: for tests and benchmarks that drive the
+// store through one piece at a time.
+func (s *Store) PartitionOver(prefix []byte, f *Filter, r *Recent) *Partition {
+	return &Partition{store: s, prefix: prefix, filter: f, recent: r, sweep: &sweeper{}}
+}

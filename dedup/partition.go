@@ -1,22 +1,29 @@
 package dedup
 
-import "time"
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"time"
+)
 
 // ScanFunc reads every stored key under prefix, in order (state.Store.Scan,
 // state.Txn.Scan).
 type ScanFunc = func(prefix []byte, fn func(k, v []byte) error) error
 
-// Partition is dedup's in-memory state of one task (one input partition):
-// the filter of the ids marked in it, the front cache of its recent
+// Partition is dedup's in-memory state of one task (one input partition)
+// and the only entry point for the task's dedup work (Check, Mark, Stage,
+// Sweep): the filter of the ids marked in it, the front cache of its recent
 // committed marks and its expiry sweeper. It lives as long as the task is
 // owned and survives a re-restore (Restored). Its task's records are
-// processed by one goroutine at a time, so it has no lock.
+// processed by one goroutine at a time, so it has no lock. (A nil filter or
+// cache, which only tests make, answers nothing: Check reads kv.)
 type Partition struct {
 	store  *Store
 	prefix []byte
 	filter *Filter  // ids marked in this task (superset: may include aborted marks)
 	recent *Recent  // committed marks, most recent (Committed adds)
-	sweep  *Sweeper // the expiry pass over the task's entries
+	sweep  *sweeper // the expiry pass over the task's entries
 }
 
 // NewPartition returns the dedup state of the task under prefix: its filter
@@ -27,7 +34,7 @@ func (s *Store) NewPartition(scan ScanFunc, prefix []byte, recentIDs int, now ti
 	if err != nil {
 		return nil, err
 	}
-	return &Partition{store: s, prefix: prefix, filter: f, recent: NewRecent(recentIDs), sweep: s.NewSweeper(now)}, nil
+	return &Partition{store: s, prefix: prefix, filter: f, recent: NewRecent(recentIDs), sweep: s.newSweeper(now)}, nil
 }
 
 // Restored updates p after its task's state was restored again: when the
@@ -46,20 +53,78 @@ func (p *Partition) Restored(scan ScanFunc, changed bool, recentIDs int) error {
 }
 
 // Check reports whether id was seen within the retention window, and if so
-// whether with the same fingerprint (Store.Check with the partition's filter
-// and cache).
+// whether with the same fingerprint. The filter answers most misses without
+// reading kv, the cache of recent ids most recent duplicates.
 func (p *Partition) Check(kv KV, id ID, fp [32]byte, now time.Time) (Verdict, error) {
-	return p.store.Check(kv, p.filter, p.recent, p.prefix, id, fp, now)
+	if p.filter != nil && !p.filter.MayContain(id) {
+		return New, nil
+	}
+	s := p.store
+	if v, known := s.recentVerdict(p.recent, id, fp, now); known {
+		return v, nil
+	}
+	kb := keyBufs.Get().(*[]byte)
+	key := appendKey((*kb)[:0], p.prefix, id)
+	v, ok, err := kv.Get(key)
+	*kb = key[:0]
+	keyBufs.Put(kb)
+	if err != nil {
+		return New, fmt.Errorf("dedup: check: %w", err)
+	}
+	if !ok {
+		return New, nil
+	}
+	if !validEntry(v) {
+		return New, ErrCorrupt
+	}
+	if !s.live(v, now) {
+		return New, nil // expired, not yet swept
+	}
+	if bytes.Equal(v[:32], fp[:]) {
+		return Duplicate, nil
+	}
+	return Conflict, nil
 }
 
-// Mark records id with its fingerprint at now in kv and the filter; m
-// collects the mark into the transaction's changelog segment (Store.Mark).
+// Mark records id with its fingerprint at now in kv and the filter: an
+// entry in Pebble, and an item of the segment m builds for the changelog
+// (the transaction's marks of the task). offset is the input record's
+// offset.
 func (p *Partition) Mark(kv KV, m *Marks, offset int64, id ID, fp [32]byte, now time.Time) {
-	p.store.Mark(kv, p.filter, m, p.prefix, offset, id, fp, now)
+	if p.filter != nil {
+		p.filter.Add(id)
+	}
+	at := now.UnixMilli()
+	if m.n > 0 && (m.at != at || m.n == segmentMax) {
+		p.Stage(kv, m)
+	}
+	if m.n == 0 {
+		m.first, m.at = offset, at
+		m.buf = append(make([]byte, 0, 4096), segmentVersion)
+	}
+	m.buf = append(append(m.buf, id[:]...), fp[:]...)
+	m.n++
+	// One allocation for both: KV.SetLocal keeps the value (and may keep
+	// the key).
+	n := len(p.prefix) + 1 + len(id)
+	buf := make([]byte, n+segmentEntryLen)
+	k := appendKey(buf[:0:n], p.prefix, id)
+	putEntry(buf[n:], fp[:], at)
+	kv.SetLocal(k, buf[n:])
 }
 
-// Stage writes the segment m holds, if any, into kv (Store.Stage).
-func (p *Partition) Stage(kv KV, m *Marks) { p.store.Stage(kv, m, p.prefix) }
+// Stage writes the segment m holds, if any, into kv (its changelog record and
+// Pebble marker) and empties m. Call it before the transaction's changelog
+// records are produced; Mark calls it when a segment is full.
+func (p *Partition) Stage(kv KV, m *Marks) {
+	if m.n == 0 {
+		return
+	}
+	key := binary.BigEndian.AppendUint64(segmentPrefix(p.prefix), uint64(m.at))
+	key = binary.BigEndian.AppendUint64(key, uint64(m.first))
+	kv.SetLogged(key, binary.BigEndian.AppendUint32(nil, uint32(m.n)), m.buf)
+	*m = Marks{staged: append(m.staged, segment{m.at, m.buf})}
+}
 
 // Committed takes the staged marks of a committed transaction into the
 // cache of recent ids.
@@ -77,13 +142,4 @@ func (p *Partition) RebuildFilter(scan ScanFunc) error {
 	}
 	p.filter = f
 	return nil
-}
-
-// SweepDue reports whether Sweep has work at now.
-func (p *Partition) SweepDue(now time.Time) bool { return p.sweep.Due(now) }
-
-// Sweep runs one chunk of the expiry pass through kv (Store.Sweep) and
-// returns how many entries it deleted.
-func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
-	return p.store.Sweep(p.sweep, kv, p.prefix, now, examine)
 }

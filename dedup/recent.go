@@ -72,7 +72,7 @@ func (r *Recent) add(id ID, fp []byte, at int64) {
 }
 
 // find returns id's mark time and whether its fingerprint prefix matches
-// fp's; ok is false when id is not here (Store.Check judges expiry).
+// fp's; ok is false when id is not here (Partition.Check judges expiry).
 func (r *Recent) find(id ID, fp [32]byte) (at int64, same, ok bool) {
 	if r == nil {
 		return 0, false, false

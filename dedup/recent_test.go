@@ -96,13 +96,14 @@ func TestRecentAddStaged(t *testing.T) {
 	d := NewStore(time.Hour)
 	kv := &stagingKV{}
 	var m Marks
+	pt := d.PartitionOver([]byte("p"), nil, nil)
 	id := func(i int) ID { return MakeID("", fmt.Sprint("e", i)) }
 	fp := func(i int) [32]byte { return [32]byte{byte(i), 7} }
 	for i := range 5 {
-		d.Mark(kv, nil, &m, []byte("p"), int64(i), id(i), fp(i), now.Add(time.Duration(i/3)*time.Minute))
+		pt.Mark(kv, &m, int64(i), id(i), fp(i), now.Add(time.Duration(i/3)*time.Minute))
 	}
-	d.Stage(kv, &m, []byte("p"))                           // segments of e0–e2 and e3–e4
-	d.Mark(kv, nil, &m, []byte("p"), 5, id(5), fp(5), now) // not staged
+	pt.Stage(kv, &m)                      // segments of e0–e2 and e3–e4
+	pt.Mark(kv, &m, 5, id(5), fp(5), now) // not staged
 	r := NewRecent(16)
 	r.AddStaged(&m)
 	for i := range 5 {

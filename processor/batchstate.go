@@ -35,11 +35,10 @@ type gapChange struct {
 	since time.Time
 }
 
-// batchOf is task batch b's state, applied and published when the
-// transaction commits. Each task has its own batch, processed by one
+// batchOf is the state of the task's batch b, applied and published when
+// the transaction commits. Each task has its own batch, processed by one
 // goroutine, so tasks processed concurrently never share one.
-func (p *Processor) batchOf(b *eos.Batch) *batchState {
-	ts := p.tasks[b.Task()]
+func (ts *taskState) batchOf(b *eos.Batch) *batchState {
 	if ts.open == b {
 		return ts.openState
 	}
@@ -50,7 +49,7 @@ func (p *Processor) batchOf(b *eos.Batch) *batchState {
 		bs.committed()
 	})
 	b.OnAbort(func() { ts.closeBatch(b) })
-	b.OnCommitted(func() { p.stats.addTally(&bs.counts) })
+	b.OnCommitted(func() { ts.p.stats.addTally(&bs.counts) })
 	return bs
 }
 

@@ -14,7 +14,7 @@ import (
 // and configure a processor with public names only.
 func TestPublicBoundary(t *testing.T) {
 	if testing.Short() {
-		t.Skip("type-checks four packages from source")
+		t.Skip("type-checks the public packages from source")
 	}
 	imp := importer.ForCompiler(token.NewFileSet(), "source", nil)
 	for _, path := range []string{"processor", "dedup", "projection", "sideeffects", "sideeffects/effect", "sideeffects/webhook", "sideeffects/sideeffectstest"} {

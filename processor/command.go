@@ -33,10 +33,10 @@ func (c *Command) Valid() bool { return c.Op == "skip-gap" && c.Aggregate != "" 
 // aggregate's held events past its gap (Guard.Expire under the skip
 // policy), in every projection or the one named. A command that cannot
 // apply is dead-lettered with the reason, so the operator sees why.
-func (p *Processor) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
+func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 	var c Command
 	if err := command.Decode(r.Value, &c); err != nil {
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
+		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
 		return nil
 	}
 	skipped := 0
@@ -44,13 +44,13 @@ func (p *Processor) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error
 		if c.Projection != "" && g.P.Name != c.Projection {
 			continue
 		}
-		step, dropped, why, err := p.expireStep(b, t.Prefix, g, c.Aggregate, projection.Skip, 0)
+		step, dropped, why, err := p.expireStep(b, ts.task.Prefix, g, c.Aggregate, projection.Skip, 0)
 		if err != nil {
 			return err
 		}
-		p.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, t, g, c.Aggregate, step) // updates the gap index when events were held
-		p.deadLetterTooLarge(b, t, g, dropped, why)
+		ts.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
+		p.emitStep(b, ts, g, c.Aggregate, step) // updates the gap index when events were held
+		p.deadLetterTooLarge(b, ts, g, dropped, why)
 		skipped += len(step.Changes)
 		if dropped != nil {
 			skipped++
@@ -61,8 +61,8 @@ func (p *Processor) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error
 		}
 	}
 	if skipped == 0 {
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
-			fmt.Sprintf("skip-gap: aggregate %q holds no events in %s", c.Aggregate, t.ID))
+		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
+			fmt.Sprintf("skip-gap: aggregate %q holds no events in %s", c.Aggregate, ts.task.ID))
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ type Config struct {
 }
 
 // EffectRules build the side-effect intents of an applied event
-// (*sideeffects.Rules). An error names effects whose key could not be built;
+// (*effect.Rules, package sideeffects/effect). An error names effects whose key could not be built;
 // the intents that could be built are still returned. Intents is called from
 // several goroutines at once (one per input partition being processed).
 type EffectRules interface {

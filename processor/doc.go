@@ -31,6 +31,6 @@
 // processed on up to GOMAXPROCS goroutines at once (each partition's in
 // order, on one goroutine), so a projection.Handler and the EffectRules are
 // called concurrently and must not keep unsynchronised state; the built-in
-// Rules and sideeffects.Rules keep none. A committed transaction is written
+// Rules and effect.Rules keep none. A committed transaction is written
 // to Pebble on a goroutine while the next one runs (decision 004).
 package processor

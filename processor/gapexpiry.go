@@ -20,8 +20,8 @@ const expireChunk = 1000
 
 // expiry is one aggregate whose gap outlived the hold timeout.
 type expiry struct {
-	task *eos.Task
-	key  gapKey
+	ts  *taskState
+	key gapKey
 }
 
 // expiring lists at most limit gaps to resolve now (none under the wait
@@ -34,9 +34,8 @@ func (p *Processor) expiring(now time.Time, limit int) []expiry {
 		return nil
 	}
 	var out []expiry
-	p.loop.Tasks(func(t *eos.Task) {
-		ts := p.tasks[t]
-		if ts == nil || len(out) >= limit {
+	p.loop.Tasks(func(ts *taskState) {
+		if len(out) >= limit {
 			return
 		}
 		if len(ts.due) == 0 {
@@ -46,7 +45,7 @@ func (p *Processor) expiring(now time.Time, limit int) []expiry {
 			k := ts.due[0]
 			ts.due = ts.due[1:]
 			if ts.isDue(k, now, p.cfg.HoldTimeout) {
-				out = append(out, expiry{task: t, key: k})
+				out = append(out, expiry{ts: ts, key: k})
 			}
 		}
 		if len(ts.due) == 0 {
@@ -62,9 +61,8 @@ func (p *Processor) gapsDue(now time.Time) bool {
 		return false
 	}
 	due := false
-	p.loop.Tasks(func(t *eos.Task) {
-		ts := p.tasks[t]
-		if ts == nil || due {
+	p.loop.Tasks(func(ts *taskState) {
+		if due {
 			return
 		}
 		// Drop what is no longer due from the queue's head; refill it
@@ -122,7 +120,8 @@ func (ts *taskState) isDue(k gapKey, now time.Time, hold time.Duration) bool {
 // expire resolves one expired gap inside the transaction (b is the task's
 // batch).
 func (p *Processor) expire(b *eos.Batch, e expiry) error {
-	bs := p.batchOf(b)
+	ts := e.ts
+	bs := ts.batchOf(b)
 	if len(bs.expired) == 0 {
 		b.OnAbort(bs.release)
 	}
@@ -136,13 +135,13 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		// the aggregate as this transaction sees it (a gap closed or
 		// moved meanwhile is not due), and emitStep records what it
 		// reports (the lagging hooks close a gap closed meanwhile).
-		step, dropped, why, err := p.expireStep(b, e.task.Prefix, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
+		step, dropped, why, err := p.expireStep(b, ts.task.Prefix, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
 		if err != nil {
 			return err
 		}
-		p.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, e.task, g, e.key.aggregate, step)
-		p.deadLetterTooLarge(b, e.task, g, dropped, why)
+		ts.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
+		p.emitStep(b, ts, g, e.key.aggregate, step)
+		p.deadLetterTooLarge(b, ts, g, dropped, why)
 		if dropped == nil && step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
 			continue // not due
 		}
@@ -154,10 +153,10 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 
 // deadLetterTooLarge dead-letters a held event that a gap expiry left
 // unapplied because its outputs would exceed the record limit (nil: none).
-func (p *Processor) deadLetterTooLarge(b *eos.Batch, t *eos.Task, g *projection.Guard, c *projection.Change, why string) {
+func (p *Processor) deadLetterTooLarge(b *eos.Batch, ts *taskState, g *projection.Guard, c *projection.Change, why string) {
 	if c == nil {
 		return
 	}
-	p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
-	p.batchOf(b).counts.add(g.P.Name, ReasonTooLarge)
+	p.deadLetter(b, ts, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
+	ts.batchOf(b).counts.add(g.P.Name, ReasonTooLarge)
 }

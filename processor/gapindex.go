@@ -87,11 +87,7 @@ func (p *Processor) publishGaps() {
 	for _, pr := range p.cfg.Projections {
 		g[pr.Name] = GapSummary{}
 	}
-	p.loop.Tasks(func(t *eos.Task) {
-		ts := p.tasks[t]
-		if ts == nil {
-			return
-		}
+	p.loop.Tasks(func(ts *taskState) {
 		for name := range ts.sums {
 			n, oldest := ts.summary(name)
 			if n == 0 {
@@ -110,8 +106,8 @@ func (p *Processor) publishGaps() {
 
 // trackGap records the aggregate's gap state for the task's gap index (b is
 // the task's batch), applied once the transaction commits (batchState.committed).
-func (p *Processor) trackGap(b *eos.Batch, k gapKey, step projection.Step) {
-	bs := p.batchOf(b)
+func (ts *taskState) trackGap(b *eos.Batch, k gapKey, step projection.Step) {
+	bs := ts.batchOf(b)
 	c := gapChange{key: k}
 	if step.HeldCount > 0 {
 		c.since = step.HeldSince

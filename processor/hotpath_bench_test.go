@@ -30,27 +30,8 @@ func BenchmarkProcessEvent(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	p, err := New(Config{
-		Session: Session{
-			Name: "bench", InstanceID: "b", Brokers: []string{"127.0.0.1:1"}, DeadLetterTopic: "dlq",
-			Store: st,
-		},
-		Inputs:       []string{"case-events"},
-		EffectsTopic: "effects",
-		Projections: []*projection.Projection{{Name: "case-overview", Topic: "case-overview.v1",
-			Handler: projection.Rules{"CaseOpened": projection.Merge, "CaseUpdated": projection.Merge}, Versioned: true}},
-		Dedup: dedup.NewStore(168 * time.Hour), Mode: Live,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	id := state.Task{Topic: "case-events", Partition: 0}
-	task := &eos.Task{ID: id, Prefix: id.Prefix()}
-	h := (*pipeline)(p)
+	p, task, h := directTask(b, st, nil)
 	changelog := ChangelogTopic(p.cfg.Group, "case-events")
-	if err := h.Restored(task); err != nil {
-		b.Fatal(err)
-	}
 	produced := 0
 	produce := func(*kgo.Record) { produced++ }
 	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
@@ -81,7 +62,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 	for range 2 {
 		bt := eos.NewTaskBatch(st, task, now, produce)
 		for _, r := range next() {
-			if err := h.Process(bt, task, r); err != nil {
+			if err := h.Process(bt, r); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -96,7 +77,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if err := h.Process(bt, task, batch[i]); err != nil {
+		if err := h.Process(bt, batch[i]); err != nil {
 			b.Fatal(err)
 		}
 		processed++
@@ -126,4 +107,34 @@ func BenchmarkProcessEvent(b *testing.B) {
 			b.Fatalf("%d events %s, want none", n, oc)
 		}
 	}
+}
+
+// directTask returns a live processor over st (one versioned projection
+// merging CaseOpened and CaseUpdated, effect rules rules) with partition 0
+// of case-events restored: for benchmarks and tests that drive records
+// through the task's handler without Kafka (eos.NewTaskBatch).
+func directTask(tb testing.TB, st *state.Store, rules EffectRules) (*Processor, *eos.Task, *taskState) {
+	tb.Helper()
+	p, err := New(Config{
+		Session: Session{
+			Name: "bench", InstanceID: "b", Brokers: []string{"127.0.0.1:1"}, DeadLetterTopic: "dlq",
+			Store: st,
+		},
+		Inputs:       []string{"case-events"},
+		EffectsTopic: "effects",
+		Projections: []*projection.Projection{{Name: "case-overview", Topic: "case-overview.v1",
+			Handler: projection.Rules{"CaseOpened": projection.Merge, "CaseUpdated": projection.Merge}, Versioned: true}},
+		EffectRules: rules,
+		Dedup:       dedup.NewStore(168 * time.Hour), Mode: Live,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	id := state.Task{Topic: "case-events", Partition: 0}
+	task := &eos.Task{ID: id, Prefix: id.Prefix()}
+	h := (*pipeline)(p).NewTask(task)
+	if err := h.Restored(); err != nil {
+		tb.Fatal(err)
+	}
+	return p, task, h
 }

@@ -64,27 +64,23 @@ func appendMember(b []byte, member, v string) []byte {
 }
 
 // emitIntents produces the side-effect intents of an applied event — the
-// handler's and the configured rules' — in live mode, or counts them as
-// suppressed in rebuild mode (docs/design.md#effects-only-from-applied,
+// handler's and the configured rules', fx (Processor.intents) — in live
+// mode, or counts them as suppressed in rebuild mode
+// (docs/design.md#effects-only-from-applied,
 // docs/design.md#no-effects-in-rebuild). Intents are only ever built from
 // Changes, that is from applied events.
-func (p *Processor) emitIntents(b *eos.Batch, t *eos.Task, pr *projection.Projection, c projection.Change) {
-	intents := c.Effects
-	if p.cfg.EffectRules != nil {
-		more, err := p.cfg.EffectRules.Intents(pr.Name, c.Event, c.Version)
-		if err != nil {
-			p.deadLetter(b, t.ID, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonHandlerError,
-				"event applied, but a side effect could not be built: "+err.Error())
-		}
-		intents = append(intents, more...)
+func (p *Processor) emitIntents(b *eos.Batch, ts *taskState, pr *projection.Projection, c projection.Change, fx changeIntents) {
+	if fx.err != nil {
+		p.deadLetter(b, ts, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonHandlerError,
+			"event applied, but a side effect could not be built: "+fx.err.Error())
 	}
-	for _, in := range intents {
+	for _, in := range fx.list {
 		if p.cfg.Mode == Rebuild {
-			p.batchOf(b).counts.effect(in.Effect, "suppressed")
+			ts.batchOf(b).counts.effect(in.Effect, "suppressed")
 			continue
 		}
 		v := effect.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
-		p.batchOf(b).counts.effect(in.Effect, "enqueued")
+		ts.batchOf(b).counts.effect(in.Effect, "enqueued")
 	}
 }

@@ -21,18 +21,21 @@ var ErrFenced = eos.ErrFenced
 type Processor struct {
 	cfg    Config
 	guards []*projection.Guard
-	loop   *eos.Loop
+	loop   *eos.Loop[*taskState]
 	stats  *Stats
-	// tasks is the pipeline's state of each owned task. Restored adds a
-	// task, Revoked removes it, both on the loop goroutine while no
-	// records are processed; the workers processing records only read it.
-	tasks map[*eos.Task]*taskState
 }
 
-// taskState is the pipeline's per-task in-memory state: the aggregates with
-// held events and when their gap opened. It is derived from Pebble on every
-// restore and updated only by commit hooks, so it is never ahead of Kafka.
+// taskState is the pipeline's state and work for one owned task (its
+// eos.TaskHandler): the aggregates with held events and when their gap
+// opened, and the task's dedup state. The gap index is derived from Pebble
+// on every restore and updated only by commit hooks, so it is never ahead
+// of Kafka. The loop makes it on assignment (pipeline.NewTask), calls it
+// for the task's records and hands it to the loop-wide work (Loop.Tasks);
+// the workers processing records only read what Restored and the commit
+// hooks write.
 type taskState struct {
+	p    *Processor
+	task *eos.Task
 	// gaps is the task's gap index: the aggregates with held events and
 	// since when. Change it only through setGap and closeGap, which keep
 	// sums (the per-projection summary publishGaps reports) up to date
@@ -49,8 +52,8 @@ type taskState struct {
 	// have not run yet: gaps still lists them (decision 004), but they are
 	// not due again.
 	inflight map[gapKey]struct{}
-	// dedup is the task's dedup state (filter, recent ids, sweeper): it
-	// survives a re-restore.
+	// dedup is the task's dedup state (filter, recent ids, sweeper): made
+	// by the first Restored (nil before), it survives a re-restore.
 	dedup *dedup.Partition
 	// open is the task's batch in the transaction being built and
 	// openState its state (batchOf): made on the batch's first use,
@@ -73,7 +76,7 @@ func New(cfg Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Processor{cfg: cfg, stats: newStats(), tasks: map[*eos.Task]*taskState{}}
+	p := &Processor{cfg: cfg, stats: newStats()}
 	for _, pr := range cfg.Projections {
 		p.guards = append(p.guards, &projection.Guard{P: pr, MaxHeld: cfg.MaxHeld, MaxRecordBytes: cfg.MaxRecordBytes})
 	}
@@ -128,11 +131,25 @@ func (p *Processor) Run(ctx context.Context) error {
 // pipeline is the processor as an eos.Handler.
 type pipeline Processor
 
-func (h *pipeline) Restored(t *eos.Task) error {
-	ts := &taskState{gaps: make(map[gapKey]int64), sums: make(map[string]*gapSum), inflight: make(map[gapKey]struct{})}
-	p := (*Processor)(h)
-	if old := p.tasks[t]; old != nil {
-		ts.dedup = old.dedup // a sweep in progress survives a re-restore
+// NewTask returns the state of a newly assigned task; its Restored fills it.
+func (h *pipeline) NewTask(t *eos.Task) *taskState {
+	ts := &taskState{p: (*Processor)(h), task: t}
+	ts.resetGaps()
+	return ts
+}
+
+// resetGaps empties the task's gap index.
+func (ts *taskState) resetGaps() {
+	ts.gaps, ts.sums, ts.inflight, ts.due = make(map[gapKey]int64), make(map[string]*gapSum), make(map[gapKey]struct{}), nil
+}
+
+// Restored rebuilds the task's gap index from the store and brings its
+// dedup state up to date (the restore finished every transaction first,
+// so no batch of the task is open).
+func (ts *taskState) Restored() error {
+	p, t := ts.p, ts.task
+	if ts.dedup != nil {
+		// a sweep in progress survives a re-restore
 		if err := ts.dedup.Restored(p.cfg.Store.Scan, t.RestoredRecords > 0, recentIDs); err != nil {
 			return err
 		}
@@ -143,7 +160,7 @@ func (h *pipeline) Restored(t *eos.Task) error {
 		}
 		ts.dedup = d
 	}
-	p.tasks[t] = ts
+	ts.resetGaps()
 	// The gap index from the aggregate records: their held count covers
 	// the held events under their own keys and the one a record carries
 	// inline (which has no key to find it by).
@@ -168,10 +185,9 @@ func (h *pipeline) Restored(t *eos.Task) error {
 	return err
 }
 
-func (h *pipeline) Revoked(t *eos.Task) {
-	delete(h.tasks, t)
-	(*Processor)(h).publishGaps()
-}
+// Revoked drops the task's gaps from the published summary (the loop no
+// longer lists the task).
+func (ts *taskState) Revoked() { ts.p.publishGaps() }
 
 func (h *pipeline) Due(now time.Time) bool { return (*Processor)(h).gapsDue(now) }
 
@@ -183,7 +199,7 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 		b.OnCommitted(func() { p.stats.addExpiries(n) })
 	}
 	for _, e := range due {
-		if err := p.expire(b.For(e.task), e); err != nil {
+		if err := p.expire(b.For(e.ts.task), e); err != nil {
 			return err
 		}
 	}
@@ -193,11 +209,11 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 		p.loop.Wake()
 	}
 	var err error
-	p.loop.Tasks(func(t *eos.Task) {
-		ts := p.tasks[t]
-		if ts == nil || err != nil {
-			return
+	p.loop.Tasks(func(ts *taskState) {
+		if ts.dedup == nil || err != nil {
+			return // not restored yet
 		}
+		t := ts.task
 		if ts.dedup.FilterFull() {
 			// Rebuild larger from what is committed; marks staged since
 			// are re-added as this transaction marks them anyway.
@@ -214,14 +230,13 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 	return err
 }
 
-func (h *pipeline) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
-	return (*Processor)(h).process(b, t, r)
-}
+// Process handles one record of the task (Processor.process).
+func (ts *taskState) Process(b *eos.Batch, r *kgo.Record) error { return ts.p.process(b, ts, r) }
 
 // Stage writes the batch's dedup segment: its marks reach the changelog as
-// one record (eos.Stager).
-func (h *pipeline) Stage(b *eos.Batch) {
-	if ts := h.tasks[b.Task()]; ts != nil && ts.open == b {
+// one record.
+func (ts *taskState) Stage(b *eos.Batch) {
+	if ts.open == b {
 		ts.dedup.Stage(b.Txn, &ts.openState.marks)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/receipt"
-	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -33,12 +32,12 @@ const (
 // check of aggregateVersion, the dedup mark, then one guard step per
 // projection that takes the aggregate type. An event that came through the
 // ingress gets its receipt once its outcome is known.
-func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
-	bs := p.batchOf(b)
+func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
+	bs := ts.batchOf(b)
 	var origin []byte // the ingress header: this record wants a receipt
 	for _, h := range r.Headers {
 		if h.Key == HeaderCommand {
-			return p.applyCommand(b, t, r)
+			return p.applyCommand(b, ts, r)
 		}
 		if h.Key == receipt.Header {
 			origin = h.Value
@@ -46,7 +45,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 	}
 	var ev envelope.Event
 	if err := envelope.DecodeInto(r.Value, p.cfg.MaxRecordBytes, &ev); err != nil {
-		p.rejectInvalid(b, t, r, origin, err)
+		p.rejectInvalid(b, ts, r, origin, err)
 		return nil
 	}
 	var arr [4]*projection.Guard // matched guards, usually one: no allocation
@@ -67,14 +66,14 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		bs.counts.addAll(matched, "duplicate")
 		return nil
 	case dedup.Conflict:
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, ReasonConflict,
+		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, ReasonConflict,
 			fmt.Sprintf("event %q was seen before with a different fingerprint", ev.EventID))
 		bs.counts.addAll(matched, "conflict")
 		return nil
 	}
 	var rejected []string
 	if ev.AggregateVersion == 0 {
-		matched, rejected = p.rejectUnversioned(b, t, r, matched)
+		matched, rejected = p.rejectUnversioned(b, ts, r, matched)
 	}
 	bs.ts.dedup.Mark(b.Txn, &bs.marks, r.Offset, id, fp, b.Now)
 	// The receipt of an ingested event is written only here, where the
@@ -98,7 +97,7 @@ func (p *Processor) process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		}
 		return nil
 	}
-	return p.offerAll(b, t, r, &ev, matched, rc)
+	return p.offerAll(b, ts, r, &ev, matched, rc)
 }
 
 // reasonNoVersion dead-letters an event without aggregateVersion that a
@@ -108,14 +107,14 @@ const reasonNoVersion = "invalid:aggregateVersion"
 // rejectInvalid dead-letters a record that is not a valid envelope, with
 // the envelope's reason (invalid:<field>, or invalid:value when it is not
 // even JSON), and files its receipt when it came through the ingress.
-func (p *Processor) rejectInvalid(b *eos.Batch, t *eos.Task, r *kgo.Record, origin []byte, err error) {
+func (p *Processor) rejectInvalid(b *eos.Batch, ts *taskState, r *kgo.Record, origin []byte, err error) {
 	reason, msg := command.ReasonInvalidValue, err.Error()
 	var ee *envelope.Error
 	if errors.As(err, &ee) {
 		reason = ee.Reason()
 	}
-	p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, reason, msg)
-	p.batchOf(b).counts.add("", "invalid")
+	p.deadLetter(b, ts, r.Offset, r.Key, r.Value, reason, msg)
+	ts.batchOf(b).counts.add("", "invalid")
 	if origin != nil {
 		p.receipt(b, r, origin, &receipt.Receipt{Outcome: "invalid", Reason: reason})
 	}
@@ -128,8 +127,8 @@ func (p *Processor) rejectInvalid(b *eos.Batch, t *eos.Task, r *kgo.Record, orig
 // required per projection, so a rebuild of either kind alone does what live
 // does for it. The dedup mark does not depend on the projections: a
 // redelivery is a duplicate for all of them, live and in a rebuild.
-func (p *Processor) rejectUnversioned(b *eos.Batch, t *eos.Task, r *kgo.Record, matched []*projection.Guard) (offer []*projection.Guard, rejected []string) {
-	bs := p.batchOf(b)
+func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record, matched []*projection.Guard) (offer []*projection.Guard, rejected []string) {
+	bs := ts.batchOf(b)
 	offer = matched[:0:0]
 	for _, g := range matched {
 		if g.P.Versioned {
@@ -142,7 +141,7 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, t *eos.Task, r *kgo.Record, 
 	if rejected == nil {
 		return matched, nil
 	}
-	p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, reasonNoVersion,
+	p.deadLetter(b, ts, r.Offset, r.Key, r.Value, reasonNoVersion,
 		"envelope: invalid aggregateVersion: required by versioned projection "+strings.Join(rejected, ", "))
 	return offer, rejected
 }
@@ -151,12 +150,12 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, t *eos.Task, r *kgo.Record, 
 // each step's outputs and tallies the outcomes (into rc too, when the event
 // wants a receipt). A step whose outputs would exceed the record limit is
 // discarded; the record gets one too-large dead letter naming them all.
-func (p *Processor) offerAll(b *eos.Batch, t *eos.Task, r *kgo.Record, ev *envelope.Event, matched []*projection.Guard, rc *receipt.Receipt) error {
-	bs := p.batchOf(b)
+func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, ev *envelope.Event, matched []*projection.Guard, rc *receipt.Receipt) error {
+	bs := ts.batchOf(b)
 	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
 	var tooLarge []string // "projection p: why"
 	for _, g := range matched {
-		step, tooBig, err := p.offer(b, t, g, ev, src)
+		step, tooBig, err := p.offer(b, ts, g, ev, src)
 		if err != nil {
 			return err
 		}
@@ -173,10 +172,10 @@ func (p *Processor) offerAll(b *eos.Batch, t *eos.Task, r *kgo.Record, ev *envel
 		} else if step.Outcome != projection.Applied && n > 0 {
 			bs.counts.addN(g.P.Name, "applied", n)
 		}
-		p.emitStep(b, t, g, ev.AggregateID, step)
+		p.emitStep(b, ts, g, ev.AggregateID, step)
 	}
 	if tooLarge != nil {
-		p.deadLetter(b, t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, strings.Join(tooLarge, "; "))
+		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, ReasonTooLarge, strings.Join(tooLarge, "; "))
 	}
 	return nil
 }
@@ -198,28 +197,35 @@ func outcomeLabel(o projection.Outcome) string {
 }
 
 // emitStep turns a guard step into output records and gap-index updates.
-func (p *Processor) emitStep(b *eos.Batch, t *eos.Task, g *projection.Guard, aggregate string, step projection.Step) {
-	for _, c := range step.Changes {
+func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, step checkedStep) {
+	for i, c := range step.Changes {
 		b.Produce(projectionRecord(g.P, c))
-		p.emitIntents(b, t, g.P, c)
+		fx := changeIntents{list: c.Effects} // the handler's; the rules' too, below
+		switch {
+		case step.intents != nil: // built by the size check
+			fx = step.intents[i]
+		case p.cfg.EffectRules != nil:
+			fx = p.intents(g.P, &c)
+		}
+		p.emitIntents(b, ts, g.P, c, fx)
 	}
 	for _, f := range step.Failures {
-		p.deadLetter(b, t.ID, f.Source.Offset, f.Source.Key, f.Source.Value, ReasonHandlerError, f.Err.Error())
+		p.deadLetter(b, ts, f.Source.Offset, f.Source.Key, f.Source.Value, ReasonHandlerError, f.Err.Error())
 	}
 	for _, d := range step.Dropped {
-		p.deadLetter(b, t.ID, d.Offset, d.Key, d.Value, ReasonGapTimeout, "held event dropped: gap not filled (or held limit reached)")
+		p.deadLetter(b, ts, d.Offset, d.Key, d.Value, ReasonGapTimeout, "held event dropped: gap not filled (or held limit reached)")
 	}
 	// A gap opens, moves or closes only on an aggregate that holds events
 	// before or after the step; most steps (in order, nothing held) skip
 	// the index.
 	if g.P.Versioned && (step.HeldBefore > 0 || step.HeldCount > 0) {
-		p.trackGap(b, gapKey{g.P.Name, aggregate}, step)
+		ts.trackGap(b, gapKey{g.P.Name, aggregate}, step.Step)
 	}
 }
 
-// deadLetter dead-letters a record in the batch's transaction and counts
-// it under its reason when the transaction commits.
-func (p *Processor) deadLetter(b *eos.Batch, id state.Task, offset int64, key, value []byte, reason, msg string) {
-	b.DeadLetter(id, offset, key, value, reason, msg)
-	p.batchOf(b).counts.deadLetter(reason)
+// deadLetter dead-letters a record of task ts in the batch's transaction
+// and counts it under its reason when the transaction commits.
+func (p *Processor) deadLetter(b *eos.Batch, ts *taskState, offset int64, key, value []byte, reason, msg string) {
+	b.DeadLetter(ts.task.ID, offset, key, value, reason, msg)
+	ts.batchOf(b).counts.deadLetter(reason)
 }

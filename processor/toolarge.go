@@ -19,17 +19,47 @@ const ReasonTooLarge = "too-large"
 // (length varints, attributes, deltas, header count) – an upper bound.
 const recordOverhead = 64
 
+// checkedStep is a guard step whose outputs tooLarge checked, with the
+// intents of each of its Changes as the check built them: emitStep produces
+// those, so a Change's rules are evaluated once.
+type checkedStep struct {
+	projection.Step
+	// intents holds each Change's intents (indexed as Changes); nil when
+	// the check built none (no rules configured, or rebuild mode): then
+	// emitIntents builds them.
+	intents []changeIntents
+}
+
+// changeIntents are an applied Change's side-effect intents, the
+// handler's and the configured rules' (Processor.intents).
+type changeIntents struct {
+	list []projection.Intent
+	err  error // the rules failed for some (list holds the others)
+}
+
+// intents returns the side-effect intents of applied Change c of
+// projection pr: the handler's, then the configured rules'.
+func (p *Processor) intents(pr *projection.Projection, c *projection.Change) changeIntents {
+	if p.cfg.EffectRules == nil {
+		return changeIntents{list: c.Effects}
+	}
+	more, err := p.cfg.EffectRules.Intents(pr.Name, c.Event, c.Version)
+	return changeIntents{list: append(c.Effects, more...), err: err}
+}
+
 // tooLarge reports why the step's outputs would exceed the record limit
 // ("" when they fit), and at which of its Changes (-1: a state record no
 // Change accounts for, such as a held-event wrapper). Per Change it checks
-// its projection record and its intent records; then the staged state
-// records, which are what reaches the changelog: the aggregate's record
-// after the step's last change (with its inline held event, if any), held
-// events in their wrapper. An oversize aggregate record is laid to the
-// last change, and an expiry that leaves that change out retries with the
-// record as it stood before it.
-func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *staging.Overlay) (string, int) {
+// its projection record and its intent records (keeping the intents it
+// built in step.intents); then the staged state records, which are what
+// reaches the changelog: the aggregate's record after the step's last
+// change (with its inline held event, if any), held events in their
+// wrapper. An oversize aggregate record is laid to the last change, and an
+// expiry that leaves that change out retries with the record as it stood
+// before it.
+func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging.Overlay) (string, int) {
 	limit := p.cfg.MaxRecordBytes
+	step.intents = nil
 	for i := range step.Changes {
 		c := &step.Changes[i]
 		ev := c.Event
@@ -48,8 +78,11 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 		}
 		intents := c.Effects
 		if p.cfg.EffectRules != nil {
-			more, _ := p.cfg.EffectRules.Intents(g.P.Name, c.Event, c.Version)
-			intents = append(intents, more...)
+			if step.intents == nil {
+				step.intents = make([]changeIntents, len(step.Changes))
+			}
+			step.intents[i] = p.intents(g.P, c)
+			intents = step.intents[i].list
 		}
 		for _, in := range intents {
 			// The same upper bound first: the value copies the whole event,
@@ -77,9 +110,9 @@ func (p *Processor) tooLarge(g *projection.Guard, step *projection.Step, kv *sta
 // exceed the record limit is discarded (the guard stays where it was, so
 // the aggregate's later versions are held behind the missing one) and
 // tooBig says why.
-func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *projection.Event, src projection.Source) (step projection.Step, tooBig string, err error) {
+func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *projection.Event, src projection.Source) (step checkedStep, tooBig string, err error) {
 	kv := staging.New(b.Txn)
-	step, err = g.Offer(kv, t.Prefix, ev, src, b.Now)
+	step.Step, err = g.Offer(kv, ts.task.Prefix, ev, src, b.Now)
 	if err != nil {
 		return step, "", err
 	}
@@ -89,7 +122,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 		// too large: apply the offered event alone, leaving them held (they
 		// wait under the gap policy).
 		kv = staging.New(b.Txn)
-		if step, err = g.OfferHoldingBack(kv, t.Prefix, ev, src, b.Now); err != nil {
+		if step.Step, err = g.OfferHoldingBack(kv, ts.task.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
 		if msg2, _ := p.tooLarge(g, &step, kv); msg2 == "" {
@@ -101,7 +134,7 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 		}
 	}
 	if msg != "" {
-		return projection.Step{}, msg, nil
+		return checkedStep{}, msg, nil
 	}
 	kv.Flush()
 	return step, "", nil
@@ -113,11 +146,11 @@ func (p *Processor) offer(b *eos.Batch, t *eos.Task, g *projection.Guard, ev *pr
 // events and is returned (with why) to be dead-lettered too-large, and the
 // versions after it wait behind it under the gap policy – so an oversized
 // held event can neither abort the transaction nor stop the expiry.
-func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step projection.Step, dropped *projection.Change, why string, err error) {
+func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step checkedStep, dropped *projection.Change, why string, err error) {
 	var stop int64
 	for {
 		kv := staging.New(b.Txn)
-		step, err = g.ExpireBefore(kv, prefix, aggregate, pol, b.Now, hold, stop)
+		step.Step, err = g.ExpireBefore(kv, prefix, aggregate, pol, b.Now, hold, stop)
 		if err != nil {
 			return step, nil, "", err
 		}

@@ -48,7 +48,8 @@ func (c *Command) Valid() bool { return c.Op == OpResolve || c.Op == OpOutcome }
 // operator's resolve, or another Runner's outcome report (settleReport). A
 // command that cannot apply is dead-lettered with the reason, so the
 // operator sees why.
-func (w *Worker) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
+func (w *Worker) applyCommand(b *eos.Batch, wt *workerTask, r *kgo.Record) error {
+	t := wt.task
 	var c Command
 	if err := command.Decode(r.Value, &c); err != nil {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
@@ -60,7 +61,7 @@ func (w *Worker) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 		return nil
 	}
 	if c.Op == OpOutcome {
-		return w.settleReport(b, t, r, c, as)
+		return w.settleReport(b, wt, r, c, as)
 	}
 	ov := staging.New(b.Txn)
 	e, err := effect.NewLedger(ov, t.Prefix).Resolve(string(r.Key), as, c.Note, b.Now)
@@ -81,7 +82,8 @@ func (w *Worker) applyCommand(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
 // c.Attempt of a key (see Command). A report the ledger has moved past – the
 // outcome was recorded already, or the key was tried again – changes
 // nothing: the attempt it describes is no longer the open one.
-func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Command, as effect.Status) error {
+func (w *Worker) settleReport(b *eos.Batch, wt *workerTask, r *kgo.Record, c Command, as effect.Status) error {
+	t := wt.task
 	if c.Result == nil || c.Attempt < 1 {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, "outcome report without attempt or result")
 		return nil
@@ -96,12 +98,12 @@ func (w *Worker) settleReport(b *eos.Batch, t *eos.Task, r *kgo.Record, c Comman
 		return err
 	}
 	ov.Flush()
-	wt := w.tasks[t]
+	runner := wt.runner
 	b.OnCommit(func() {
 		w.changed(e)
 		w.cfg.Logger.Info("side effect outcome recorded from the previous owner's report", "key", e.Key, "status", e.Status, "attempt", c.Attempt)
-		if wt != nil {
-			wt.runner.Enqueue(e.Key) // a retry it scheduled re-reads the entry
+		if runner != nil {
+			runner.Enqueue(e.Key) // a retry it scheduled re-reads the entry
 		}
 	})
 	return nil

@@ -54,12 +54,10 @@ func ChangelogTopic(name, effectsTopic string) string {
 // ledger transition a Runner makes — in-flight before the call above all —
 // is committed through the same loop before the Runner goes on.
 type Worker struct {
-	cfg  WorkerConfig
-	loop *eos.Loop
-	// tasks are the owned partitions' runners. Only the loop goroutine
-	// (the eos.Handler methods) uses the map; a runner's own goroutine
-	// reaches its workerTask through its taskStore.
-	tasks map[*eos.Task]*workerTask
+	cfg WorkerConfig
+	// loop holds the owned partitions' workerTasks (their runners); a
+	// runner's own goroutine reaches its workerTask through its taskStore.
+	loop *eos.Loop[*workerTask]
 
 	mu       sync.Mutex
 	requests []*request
@@ -85,7 +83,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.MaxRecordsPerTxn = 1000
 	}
 	cfg.DefaultTimeouts()
-	w := &Worker{cfg: cfg, tasks: map[*eos.Task]*workerTask{}, stats: &WorkerStats{LoopStats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
+	w := &Worker{cfg: cfg, stats: &WorkerStats{LoopStats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
 	w.calls = NewCalls()
 	lc := cfg.LoopConfig(cfg.Group())
 	// The effects topic is projector's own: whoever starts first creates it.

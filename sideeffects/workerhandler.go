@@ -12,10 +12,12 @@ import (
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
-// workerTask is what the worker keeps for an owned partition (Worker.tasks):
-// its Runner and how to stop it.
+// workerTask is what the worker keeps for an owned partition, its
+// eos.TaskHandler: its Runner, once started, and how to stop it.
 type workerTask struct {
-	runner *Runner
+	w      *Worker
+	task   *eos.Task
+	runner *Runner // nil until the partition is verified (Restored)
 	cancel context.CancelFunc
 	done   chan struct{}
 	ledger []byte // ledger prefix (the task prefix)
@@ -29,9 +31,15 @@ type workerTask struct {
 // workerHandler is the worker as an eos.Handler.
 type workerHandler Worker
 
-func (h *workerHandler) Restored(t *eos.Task) error {
-	w := (*Worker)(h)
-	if w.tasks[t] != nil {
+// NewTask returns the state of a newly assigned partition; Restored starts
+// its Runner.
+func (h *workerHandler) NewTask(t *eos.Task) *workerTask {
+	return &workerTask{w: (*Worker)(h), task: t}
+}
+
+func (wt *workerTask) Restored() error {
+	w, t := wt.w, wt.task
+	if wt.runner != nil {
 		return nil // restored again after an abort: the runner keeps going
 	}
 	if !t.Verified() {
@@ -42,7 +50,7 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(w.runCtx)
-	wt := &workerTask{cancel: cancel, done: make(chan struct{}), ledger: t.Prefix}
+	done := make(chan struct{})
 	r, err := NewRunner(RunnerConfig{
 		Store: &taskStore{w: w, task: t, wt: wt}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
 		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
@@ -60,13 +68,12 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	}
 	w.runnersWG.Add(1)
 	w.mu.Unlock()
-	wt.runner = r
-	w.tasks[t] = wt
+	wt.runner, wt.cancel, wt.done, wt.ledger = r, cancel, done, t.Prefix
 	w.stats.track(r)
 	go func() {
 		defer w.runnersWG.Done()
 		defer w.stats.untrack(r)
-		defer close(wt.done)
+		defer close(done)
 		if err := r.Run(ctx); err != nil && !errors.Is(err, ErrRevoked) && ctx.Err() == nil {
 			// Its partition's keys wait until the partition is assigned
 			// again (a restart or a rebalance): say so loudly.
@@ -76,10 +83,9 @@ func (h *workerHandler) Restored(t *eos.Task) error {
 	return nil
 }
 
-func (h *workerHandler) Revoked(t *eos.Task) {
-	w := (*Worker)(h)
-	if wt := w.tasks[t]; wt != nil {
-		delete(w.tasks, t)
+func (wt *workerTask) Revoked() {
+	w, t := wt.w, wt.task
+	if wt.runner != nil {
 		wt.revoked.Store(true)
 		wt.cancel()
 	}
@@ -101,14 +107,18 @@ func (h *workerHandler) Revoked(t *eos.Task) {
 	}
 }
 
+// Stage has nothing to stage: the ledger is written as records are
+// processed.
+func (wt *workerTask) Stage(*eos.Batch) {}
+
 // Process offers one intent (or applies one operator command).
-func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error {
-	w := (*Worker)(h)
+func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
+	w, t := wt.w, wt.task
 	l := effect.NewLedger(b.Txn, t.Prefix)
-	wt := w.tasks[t]
+	runner := wt.runner
 	for _, hd := range r.Headers {
 		if hd.Key == HeaderCommand {
-			return w.applyCommand(b, t, r)
+			return w.applyCommand(b, wt, r)
 		}
 	}
 	in, err := effect.ParseIntent(r.Value)
@@ -131,8 +141,8 @@ func (h *workerHandler) Process(b *eos.Batch, t *eos.Task, r *kgo.Record) error 
 	}
 	b.OnCommit(func() {
 		w.stats.add(e.Effect, "pending")
-		if wt != nil {
-			wt.runner.Enqueue(e.Key)
+		if runner != nil {
+			runner.Enqueue(e.Key)
 		}
 	})
 	return nil

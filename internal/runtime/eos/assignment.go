@@ -13,12 +13,24 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/state"
 )
 
-// Tasks calls fn for every owned, verified task. Ownership is confirmed
-// against the client's own offsets as well as the callbacks: franz-go's
-// transact session forwards only the first revoke until the next End, so a
-// task the callbacks still list may already be gone (the client deletes
-// revoked and lost partitions from its offsets).
-func (l *Loop) Tasks(fn func(*Task)) {
+// ownedTask is an owned task with its handler as the Handler made it (the
+// Task holds it too, as the TaskHandler the loop calls).
+type ownedTask[T TaskHandler] struct {
+	*Task
+	h T
+}
+
+// Tasks calls fn with the handler of every owned, verified task. Ownership
+// is confirmed against the client's own offsets as well as the callbacks:
+// franz-go's transact session forwards only the first revoke until the next
+// End, so a task the callbacks still list may already be gone (the client
+// deletes revoked and lost partitions from its offsets).
+func (l *Loop[T]) Tasks(fn func(T)) {
+	l.eachOwned(func(t ownedTask[T]) { fn(t.h) })
+}
+
+// eachOwned calls fn for every owned, verified task (see Tasks).
+func (l *Loop[T]) eachOwned(fn func(ownedTask[T])) {
 	held := l.offsetsHeld()
 	for id, t := range l.tasks {
 		if t.verified && held(id) {
@@ -29,7 +41,7 @@ func (l *Loop) Tasks(fn func(*Task)) {
 
 // offsetsHeld returns whether the client holds committed or uncommitted
 // offsets for a partition (a snapshot taken now).
-func (l *Loop) offsetsHeld() func(state.Task) bool {
+func (l *Loop[T]) offsetsHeld() func(state.Task) bool {
 	var owned, committed map[string]map[int32]kgo.EpochOffset
 	if l.sess != nil {
 		owned, committed = l.sess.Client().UncommittedOffsets(), l.sess.Client().CommittedOffsets()
@@ -45,7 +57,7 @@ func (l *Loop) offsetsHeld() func(state.Task) bool {
 // offsets for although it did since their assignment: a revoke or loss the
 // transact session swallowed (it forwards one per End). Their handler state
 // must go now – the executor's Runner above all – not at the next callback.
-func (l *Loop) dropLost() {
+func (l *Loop[T]) dropLost() {
 	if len(l.tasks) == 0 {
 		return
 	}
@@ -57,7 +69,7 @@ func (l *Loop) dropLost() {
 		case t.inOffsets:
 			l.cfg.Logger.Info("partition no longer held by the client; dropping it", "task", id.String())
 			delete(l.tasks, id)
-			l.h.Revoked(t)
+			t.h.Revoked()
 			l.stats.setAssigned(id, false)
 			l.mu.Lock()
 			delete(l.fetched, id)
@@ -69,7 +81,7 @@ func (l *Loop) dropLost() {
 
 // resetSession ends an empty transaction so that the session clears its
 // revoked flag and forwards the next revoke to our callback (see Tasks).
-func (l *Loop) resetSession() {
+func (l *Loop[T]) resetSession() {
 	if l.sess == nil {
 		return
 	}
@@ -89,7 +101,7 @@ func (l *Loop) resetSession() {
 // onAssigned is kgo's assignment callback: it only records the newly
 // assigned tasks (pending), which the loop restores between transactions
 // (syncAssignment).
-func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+func (l *Loop[T]) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// kgo calls this after every completed join, also when nothing new is
@@ -107,7 +119,7 @@ func (l *Loop) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32
 // onRevoked is kgo's revoke callback: it records the revoked tasks, which
 // the loop drops between transactions (syncAssignment); their fetched
 // offsets no longer verify them.
-func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+func (l *Loop[T]) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.revokes++
@@ -123,7 +135,7 @@ func (l *Loop) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32)
 
 // onLost is onRevoked for a member the group dropped (session expired,
 // fenced): it must join again before it is ready.
-func (l *Loop) onLost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+func (l *Loop[T]) onLost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
 	l.onRevoked(ctx, cl, m)
 	l.mu.Lock()
 	l.joined = false
@@ -136,7 +148,7 @@ func (l *Loop) onLost(ctx context.Context, cl *kgo.Client, m map[string][]int32)
 // them, and every transaction that changes a task's state commits an offset
 // for its partition (fence), so by now any previous owner's transaction
 // has resolved and the changelog's last stable offset includes it.
-func (l *Loop) onOffsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+func (l *Loop[T]) onOffsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	add := func(topic string, part int32, code int16) {
@@ -161,7 +173,7 @@ func (l *Loop) onOffsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.Off
 
 // syncAssignment applies the assignment changes recorded by the group
 // callbacks: revoked tasks are dropped, newly assigned ones restored.
-func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
+func (l *Loop[T]) syncAssignment(ctx context.Context, r *restorer) error {
 	l.mu.Lock()
 	revoked, pending := l.revoked, l.pending
 	l.revoked, l.pending = make(map[state.Task]bool), make(map[state.Task]bool)
@@ -174,9 +186,9 @@ func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
 		}
 	}
 	for id := range revoked {
-		if t := l.tasks[id]; t != nil {
+		if t, ok := l.tasks[id]; ok {
 			delete(l.tasks, id)
-			l.h.Revoked(t)
+			t.h.Revoked()
 		}
 		l.stats.setAssigned(id, false)
 	}
@@ -189,10 +201,12 @@ func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
 	var ts []*Task
 	for id := range pending {
 		t := &Task{ID: id, Prefix: id.Prefix(), since: time.Now()}
-		if old := l.tasks[id]; old != nil {
-			l.h.Revoked(old)
+		if old, ok := l.tasks[id]; ok {
+			old.h.Revoked()
 		}
-		l.tasks[id] = t
+		h := l.h.NewTask(t)
+		t.h = h
+		l.tasks[id] = ownedTask[T]{Task: t, h: h}
 		l.stats.setAssigned(id, true)
 		ts = append(ts, t)
 	}
@@ -205,14 +219,14 @@ func (l *Loop) syncAssignment(ctx context.Context, r *restorer) error {
 // a previous owner's transaction has resolved and the changelog's last
 // stable offset includes it. A task that has neither (kgo did not report
 // the fetch) is verified after the longest a transaction can stay open.
-func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
+func (l *Loop[T]) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) error {
 	var ts []*Task
 	seen := make(map[state.Task]bool)
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
-		if t := l.tasks[id]; t != nil && !t.verified && len(fp.Records) > 0 && !seen[id] {
+		if t, ok := l.tasks[id]; ok && !t.verified && len(fp.Records) > 0 && !seen[id] {
 			seen[id] = true
-			ts = append(ts, t)
+			ts = append(ts, t.Task)
 		}
 	})
 	l.mu.Lock()
@@ -221,7 +235,7 @@ func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) err
 			continue
 		}
 		if l.fetched[id] || time.Since(t.since) > l.cfg.TransactionTimeout+l.cfg.SessionTimeout {
-			ts = append(ts, t)
+			ts = append(ts, t.Task)
 		}
 	}
 	l.mu.Unlock()
@@ -237,7 +251,7 @@ func (l *Loop) verify(ctx context.Context, r *restorer, fetches kgo.Fetches) err
 // publishReadiness tells Stats whether the loop is ready
 // (docs/contract.md#health-and-readiness: joined the group and every assigned
 // partition restored, also with none assigned) and, if not, why.
-func (l *Loop) publishReadiness() {
+func (l *Loop[T]) publishReadiness() {
 	l.mu.Lock()
 	joined := l.joined
 	l.mu.Unlock()

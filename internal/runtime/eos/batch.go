@@ -53,7 +53,8 @@ func newTxnBatches(store *state.Store, now time.Time, dlq string, produce func(*
 
 // For returns task t's batch in this transaction, creating it on first use.
 // It must not be called while tasks are processed concurrently (it is meant
-// for Handler.Begin); a task's own batch is what Process receives.
+// for Handler.Begin); a task's own batch is what TaskHandler.Process
+// receives.
 func (b *Batch) For(t *Task) *Batch {
 	if b.task == t {
 		return b
@@ -132,9 +133,9 @@ func NewTaskBatch(st *state.Store, t *Task, now time.Time, produce func(*kgo.Rec
 }
 
 // Commit ends a standalone batch (NewTaskBatch) as the loop ends a task's
-// batch – h's Stage, the changelog records to changelog – then writes its
-// state to Pebble and runs its commit hooks.
-func (b *Batch) Commit(h Handler, changelog string) error {
+// batch – the task handler h's Stage, the changelog records to changelog –
+// then writes its state to Pebble and runs its commit hooks.
+func (b *Batch) Commit(h TaskHandler, changelog string) error {
 	if err := stageChangelog(h, changelog, b); err != nil {
 		return err
 	}

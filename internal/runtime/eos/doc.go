@@ -28,9 +28,14 @@
 //
 // Goroutines: Run owns the loop and every client it creates. kgo's group
 // callbacks only record assignment changes under a mutex; the loop acts on
-// them between transactions. Handler methods are called from the loop, except
-// Process with Config.Parallel: then each task's records are processed on one
-// of up to GOMAXPROCS goroutines, never two tasks' records sharing a Batch.
+// them between transactions. The Handler makes one TaskHandler per owned
+// task (NewTask, on assignment, before the task's first restore) and the
+// loop calls it for that task alone: Restored after each restore, Process
+// per record, Stage once per batch, Revoked at the end. Handler and
+// TaskHandler methods are called from the loop, except TaskHandler.Process
+// and Stage with Config.Parallel: then each task's records are processed,
+// and its batch staged, on one of up to GOMAXPROCS goroutines, never two
+// tasks' records sharing a Batch or a TaskHandler.
 // With Config.AsyncCommit a goroutine writes the committed transaction to
 // Pebble (reading its txns only) while the loop goes on; the loop runs the
 // hooks once the write has landed.

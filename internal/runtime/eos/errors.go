@@ -19,7 +19,7 @@ var ErrFenced = errors.New("fenced by another instance with the same transaction
 
 // stopping turns an error caused by shutdown (a restore cut short, say) into
 // a clean stop: no transaction is open at these points, so nothing is lost.
-func (l *Loop) stopping(ctx context.Context, err error) error {
+func (l *Loop[T]) stopping(ctx context.Context, err error) error {
 	if ctx.Err() != nil && !errors.Is(err, errStateCommit) {
 		l.cfg.Logger.Info("stopping", "interrupted", err)
 		return nil
@@ -53,7 +53,7 @@ func fatalError(what string, err error) error {
 // fetchError logs the poll's fetch errors (the end of the poll's own wait
 // aside) and returns the last fatal one, wrapped; the others are only
 // logged.
-func (l *Loop) fetchError(fetches kgo.Fetches) error {
+func (l *Loop[T]) fetchError(fetches kgo.Fetches) error {
 	var fatal error
 	fetches.EachError(func(t string, part int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {

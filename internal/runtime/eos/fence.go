@@ -26,7 +26,7 @@ import (
 // directly: the session's End, with no offsets to commit, would hold its lock
 // for 500 ms after the commit (its pre-KIP-447 safety delay). The rebalance
 // guard is kept: any revoke since Begin aborts.
-func (l *Loop) end(ctx context.Context, sess *kgo.GroupTransactSession, tx *txnBatches, consumed bool, revokesAtBegin int) (bool, error) {
+func (l *Loop[T]) end(ctx context.Context, sess *kgo.GroupTransactSession, tx *txnBatches, consumed bool, revokesAtBegin int) (bool, error) {
 	fence, ok := l.fenceOffsets(tx)
 	if !ok {
 		l.abort(sess)
@@ -55,7 +55,7 @@ func (l *Loop) end(ctx context.Context, sess *kgo.GroupTransactSession, tx *txnB
 // transaction changes without consuming their records. ok is false when a
 // changed task cannot be fenced – it is not owned and verified, or the
 // group holds no offset for it – and the transaction must not commit.
-func (l *Loop) fenceOffsets(tx *txnBatches) (map[state.Task]kgo.EpochOffset, bool) {
+func (l *Loop[T]) fenceOffsets(tx *txnBatches) (map[state.Task]kgo.EpochOffset, bool) {
 	if len(tx.children) == 0 {
 		return nil, true
 	}

@@ -12,36 +12,52 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/state"
 )
 
-// Handler gives meaning to records. All methods run on the loop goroutine.
-type Handler interface {
-	// Restored is called after a task's state was restored (again), with no
-	// transaction open: rebuild in-memory indexes from the store here.
-	Restored(t *Task) error
-	// Revoked is called when a task is no longer owned.
-	Revoked(t *Task)
+// Handler gives meaning to records. It makes one TaskHandler per owned task
+// (goka's PartitionProcessor model), which the loop calls for that task's
+// work, and does the loop-wide work itself. T is the handler's own
+// TaskHandler type: Loop.Tasks hands the owned tasks' handlers back to it as
+// they are, so loop-wide work reaches each task's state typed. All methods
+// run on the loop goroutine.
+type Handler[T TaskHandler] interface {
+	// NewTask returns the handler of a newly assigned task, before the
+	// task's first restore. The loop calls the returned TaskHandler for the
+	// task until it revokes it; a task assigned again gets a new one.
+	NewTask(t *Task) T
 	// Due reports whether the handler has work to do in a transaction even
 	// without records (expired gaps, ledger updates).
 	Due(now time.Time) bool
 	// Begin runs first in every transaction, for that work.
 	Begin(b *Batch) error
-	// Process handles one record of an owned, restored task.
-	Process(b *Batch, t *Task, r *kgo.Record) error
 }
 
-// Stager is an optional Handler extension. Stage runs once per task batch
-// of a transaction, after its records were processed and on the goroutine
-// that processed them (the loop's, for a batch without records), before the
-// batch's changelog records are produced:
-// the handler puts what it collected over the batch into b.Txn there (the
-// processor's dedup segment).
-type Stager interface {
+// TaskHandler is a Handler's state and work for one owned task. Its methods
+// run on the loop goroutine, except Process and Stage with Config.Parallel:
+// then on the goroutine processing the task's batch (one at a time).
+type TaskHandler interface {
+	// Restored is called after the task's state was restored (again), with
+	// no transaction open: rebuild in-memory indexes from the store here.
+	Restored() error
+	// Process handles one record of the task, owned and restored, in its
+	// batch b.
+	Process(b *Batch, r *kgo.Record) error
+	// Stage runs once per batch b of the task in a transaction, after its
+	// records were processed and on the goroutine that processed them (the
+	// loop's, for a batch without records), before the batch's changelog
+	// records are produced: the handler puts what it collected over the
+	// batch into b.Txn there (the processor's dedup segment).
 	Stage(b *Batch)
+	// Revoked is called when the task is no longer owned; the loop calls
+	// the TaskHandler no more.
+	Revoked()
 }
 
 // Task is one owned input partition.
 type Task struct {
 	ID     state.Task
 	Prefix []byte
+	// h is the task's handler (Handler.NewTask), which the loop calls for
+	// the task's work.
+	h TaskHandler
 	// RestoredRecords is how many changelog records the latest restore
 	// wrote into the store for this task (a reset of local state counts as
 	// one): 0 means the store did not change.
@@ -115,9 +131,10 @@ type Config struct {
 	Now     func() time.Time
 	Hooks   *Hooks
 	Stats   *Stats
-	// Parallel lets Process run concurrently for different tasks (one
-	// goroutine per task at a time, up to GOMAXPROCS): the handler must
-	// keep no state shared between tasks outside its Batch.
+	// Parallel lets TaskHandler.Process run concurrently for different
+	// tasks (one goroutine per task at a time, up to GOMAXPROCS): the
+	// handler must keep no state shared between tasks outside each task's
+	// TaskHandler and Batch.
 	Parallel bool
 	// AsyncCommit writes a committed transaction's state to Pebble in the
 	// background while the next transaction polls and processes; the next
@@ -142,10 +159,11 @@ type Hooks struct {
 	AfterCommit func() error
 }
 
-// Loop is the exactly-once loop.
-type Loop struct {
+// Loop is the exactly-once loop, driving a Handler whose tasks' handlers
+// are of type T.
+type Loop[T TaskHandler] struct {
 	cfg Config
-	h   Handler
+	h   Handler[T]
 
 	mu         sync.Mutex
 	pending    map[state.Task]bool // newly assigned, not yet restored
@@ -160,7 +178,7 @@ type Loop struct {
 	fetched map[state.Task]bool
 	joined  bool
 
-	tasks map[state.Task]*Task // owned by the loop goroutine
+	tasks map[state.Task]ownedTask[T] // owned by the loop goroutine
 	stats *Stats
 	sess  *kgo.GroupTransactSession
 	// needReset: a revoke arrived since the last End (see resetSession).
@@ -176,7 +194,7 @@ type Loop struct {
 }
 
 // New returns a loop; call Run once.
-func New(cfg Config, h Handler) *Loop {
+func New[T TaskHandler](cfg Config, h Handler[T]) *Loop[T] {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -186,14 +204,14 @@ func New(cfg Config, h Handler) *Loop {
 	if cfg.Stats == nil {
 		cfg.Stats = NewStats()
 	}
-	return &Loop{cfg: cfg, h: h, pending: map[state.Task]bool{}, revoked: map[state.Task]bool{},
-		fetched: map[state.Task]bool{}, tasks: map[state.Task]*Task{}, stats: cfg.Stats}
+	return &Loop[T]{cfg: cfg, h: h, pending: map[state.Task]bool{}, revoked: map[state.Task]bool{},
+		fetched: map[state.Task]bool{}, tasks: map[state.Task]ownedTask[T]{}, stats: cfg.Stats}
 }
 
 // Wake makes the loop stop waiting for records and check Handler.Due now
 // (the executor calls it when a Runner queues a ledger update). Safe from any
 // goroutine.
-func (l *Loop) Wake() {
+func (l *Loop[T]) Wake() {
 	l.mu.Lock()
 	l.woken = true
 	if l.pollCancel != nil {
@@ -204,7 +222,7 @@ func (l *Loop) Wake() {
 
 // interruptPoll ends the poll in progress, if any (unlike Wake, not the next
 // one): an idle loop then runs the hooks of a write that just landed.
-func (l *Loop) interruptPoll() {
+func (l *Loop[T]) interruptPoll() {
 	l.mu.Lock()
 	if l.pollCancel != nil {
 		l.pollCancel()
@@ -215,7 +233,7 @@ func (l *Loop) interruptPoll() {
 // Run consumes until ctx is done or a fatal error occurs. On ctx
 // cancellation it finishes the open transaction (or aborts it), leaves the
 // group and returns nil.
-func (l *Loop) Run(ctx context.Context) (err error) {
+func (l *Loop[T]) Run(ctx context.Context) (err error) {
 	l.publishReadiness()
 	if err := l.ensureTopics(ctx); err != nil {
 		return l.stopping(ctx, err)
@@ -243,7 +261,7 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			err = serr
 		}
 	}()
-	r := &restorer{l: l, cl: rc}
+	r := l.newRestorer(rc)
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -279,18 +297,25 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 	}
 }
 
-// revokeAll hands every task still owned to Handler.Revoked as Run returns,
-// so that the handler's per-task state (the executor's Runners) stops with it.
-func (l *Loop) revokeAll() {
-	for _, t := range l.tasks {
-		l.h.Revoked(t)
+// newRestorer returns the loop's restorer reading changelogs with cl.
+func (l *Loop[T]) newRestorer(cl *kgo.Client) *restorer {
+	return &restorer{cfg: &l.cfg, stats: l.stats, settle: l.settle, cl: cl}
+}
+
+// revokeAll revokes every task still owned as Run returns, so that the
+// handler's per-task state (the executor's Runners) stops with it. Each task
+// leaves the owned tasks before its handler hears of it, as on any revoke.
+func (l *Loop[T]) revokeAll() {
+	for id, t := range l.tasks {
+		delete(l.tasks, id)
+		t.h.Revoked()
 	}
 }
 
 // tidy is the loop's housekeeping before each poll: tasks the session
 // dropped silently go, a swallowed revoke is made visible again, and a
 // Pebble write that landed meanwhile gets its hooks run.
-func (l *Loop) tidy() error {
+func (l *Loop[T]) tidy() error {
 	l.dropLost()
 	if l.needReset {
 		// No records are in hand here: an empty abort cannot rewind
@@ -315,7 +340,7 @@ const pollWait = 100 * time.Millisecond
 
 // poll fetches up to MaxRecordsPerTxn records, for at most pollWait; Wake
 // ends the wait early (and a Wake since the last poll skips it).
-func (l *Loop) poll(ctx context.Context, sess *kgo.GroupTransactSession) kgo.Fetches {
+func (l *Loop[T]) poll(ctx context.Context, sess *kgo.GroupTransactSession) kgo.Fetches {
 	pollCtx, cancel := context.WithTimeout(ctx, pollWait)
 	l.mu.Lock()
 	if l.woken {

@@ -22,13 +22,13 @@ type taskWork struct {
 // produces each task's changelog records. With Config.Parallel, tasks are
 // processed concurrently (each task's records in order, on one goroutine):
 // tasks share no state (decision 001), and each has its own Batch.
-func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
+func (l *Loop[T]) processAll(b *Batch, fetches kgo.Fetches) error {
 	var work []taskWork
 	at := map[state.Task]int{}
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		id := state.Task{Topic: fp.Topic, Partition: fp.Partition}
-		t := l.tasks[id]
-		if t == nil || len(fp.Records) == 0 {
+		t, ok := l.tasks[id]
+		if !ok || len(fp.Records) == 0 {
 			// Nothing to process, or revoked since the poll: then the
 			// session aborts this transaction and its records come
 			// back to the new owner.
@@ -38,7 +38,7 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 		if !ok {
 			i = len(work)
 			at[id] = i
-			work = append(work, taskWork{b: b.For(t)})
+			work = append(work, taskWork{b: b.For(t.Task)})
 		}
 		work[i].recs = append(work[i].recs, fp.Records...)
 	})
@@ -61,7 +61,7 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 			if stop.Load() {
 				return nil
 			}
-			if err := l.h.Process(w.b, w.b.task, r); err != nil {
+			if err := w.b.task.h.Process(w.b, r); err != nil {
 				return err
 			}
 		}
@@ -108,20 +108,20 @@ func (l *Loop) processAll(b *Batch, fetches kgo.Fetches) error {
 	return nil
 }
 
-// stage ends a task batch's processing: the handler's Stage, then its
+// stage ends a task batch's processing: the task handler's Stage, then its
 // changelog records.
-func (l *Loop) stage(b *Batch) error {
-	err := stageChangelog(l.h, l.cfg.ChangelogOf(b.task.ID.Topic), b)
+func (l *Loop[T]) stage(b *Batch) error {
+	err := stageChangelog(b.task.h, l.cfg.ChangelogOf(b.task.ID.Topic), b)
 	b.task.stagedHint = b.Txn.Len()
 	return err
 }
 
-// stageChangelog runs h's Stage (if it is a Stager) on a task batch, then
-// produces the batch's staged state to topic as changelog records, one per
-// key (local writes excepted).
-func stageChangelog(h Handler, topic string, b *Batch) error {
-	if s, ok := h.(Stager); ok {
-		s.Stage(b)
+// stageChangelog runs h's Stage (h: the batch's task handler; nil: none)
+// on a task batch, then produces the batch's staged state to topic as
+// changelog records, one per key (local writes excepted).
+func stageChangelog(h TaskHandler, topic string, b *Batch) error {
+	if h != nil {
+		h.Stage(b)
 	}
 	n := len(b.task.Prefix)
 	// Records are allocated in blocks, not one by one (Len overcounts:

@@ -16,8 +16,11 @@ import (
 
 // restorer reads changelog partitions into Pebble.
 type restorer struct {
-	l  *Loop
-	cl *kgo.Client
+	cfg   *Config
+	stats *Stats
+	// settle finishes the loop's Pebble write in flight (Loop.settle).
+	settle func() error
+	cl     *kgo.Client
 	// retentions caches each changelog topic's delete.retention.ms.
 	retentions map[string]retention
 }
@@ -41,10 +44,9 @@ const restoreStall = 30 * time.Second
 // reflects, so a retry repeats no write. Fencing, authorization and state
 // store errors, and corrupt changelog records, stop the loop.
 func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
-	l := r.l
 	// Pebble must hold every committed transaction before it is compared
 	// with the changelog.
-	if err := l.settle(); err != nil {
+	if err := r.settle(); err != nil {
 		return err
 	}
 	for _, t := range ts {
@@ -57,8 +59,8 @@ func (r *restorer) restore(ctx context.Context, ts []*Task, settle bool) error {
 		if err == nil || !errors.As(err, &te) || ctx.Err() != nil {
 			return err
 		}
-		l.stats.addRestoreRetry()
-		l.cfg.Logger.Warn("restore failed on a broker error; retrying", "err", err, "in", backoff)
+		r.stats.addRestoreRetry()
+		r.cfg.Logger.Warn("restore failed on a broker error; retrying", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -95,10 +97,9 @@ func brokerErr(err error) error {
 // attempt read nothing again (their stored offset has reached the end) and
 // are handed to Restored again, which is harmless.
 func (r *restorer) restoreOnce(ctx context.Context, ts []*Task, settle bool) error {
-	l := r.l
 	byTopic := make(map[string][]*Task)
 	for _, t := range ts {
-		cl := l.cfg.ChangelogOf(t.ID.Topic)
+		cl := r.cfg.ChangelogOf(t.ID.Topic)
 		byTopic[cl] = append(byTopic[cl], t)
 	}
 	adm := kadm.NewClient(r.cl)
@@ -129,7 +130,7 @@ func (r *restorer) restoreOnce(ctx context.Context, ts []*Task, settle bool) err
 			if settle {
 				t.verified = true
 			}
-			if err := l.h.Restored(t); err != nil {
+			if err := t.h.Restored(); err != nil {
 				return err
 			}
 		}
@@ -141,7 +142,7 @@ func (r *restorer) restoreOnce(ctx context.Context, ts []*Task, settle bool) err
 // until each has reached the high watermark in hwms, for at most the
 // transaction timeout (the broker aborts any transaction older than that).
 func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic string, hwms kadm.ListedOffsets, settle bool) (kadm.ListedOffsets, error) {
-	deadline := time.Now().Add(r.l.cfg.TransactionTimeout + 5*time.Second)
+	deadline := time.Now().Add(r.cfg.TransactionTimeout + 5*time.Second)
 	for {
 		lsos, err := adm.ListCommittedOffsets(ctx, topic)
 		if err == nil {
@@ -158,7 +159,7 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 		})
 		if !settle || !behind || time.Now().After(deadline) {
 			if behind && settle {
-				r.l.cfg.Logger.Warn("a transaction on the changelog stayed open past the transaction timeout; restoring to its last stable offset", "topic", topic)
+				r.cfg.Logger.Warn("a transaction on the changelog stayed open past the transaction timeout; restoring to its last stable offset", "topic", topic)
 			}
 			return lsos, nil
 		}
@@ -180,7 +181,7 @@ const restoreBatch = 100000
 // many changelog records it wrote into the store, a reset of local state
 // counting as one: 0 means the store did not change.
 func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end, hwm int64) (int, error) {
-	st := r.l.cfg.Store
+	st := r.cfg.Store
 	from, matched, stored, err := st.ChangelogPosition(id)
 	if err != nil {
 		return 0, err
@@ -213,7 +214,7 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 		return n, err
 	}
 	if n > 0 {
-		r.l.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
+		r.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return n, nil
 }
@@ -237,7 +238,7 @@ func (r *restorer) mustDiscard(ctx context.Context, id state.Task, topic string,
 		// (A stored offset above the last stable offset but within the high
 		// watermark is normal: another producer's open transaction holds the
 		// last stable offset back.)
-		r.l.cfg.Logger.Warn("local state is ahead of the changelog; discarding it", "task", id.String(), "stored", pos.from, "changelogEnd", hwm)
+		r.cfg.Logger.Warn("local state is ahead of the changelog; discarding it", "task", id.String(), "stored", pos.from, "changelogEnd", hwm)
 		return true, nil
 	}
 	if !pos.stored || pos.from >= end {
@@ -251,7 +252,7 @@ func (r *restorer) mustDiscard(ctx context.Context, id state.Task, topic string,
 	if err != nil || why == "" {
 		return false, err
 	}
-	r.l.cfg.Logger.Warn("local state may miss deletions the changelog compacted away; restoring from scratch",
+	r.cfg.Logger.Warn("local state may miss deletions the changelog compacted away; restoring from scratch",
 		"task", id.String(), "stored", pos.from, "changelogEnd", end, "why", why)
 	return true, nil
 }
@@ -276,7 +277,7 @@ type changelogRead struct {
 func (r *restorer) readChangelog(ctx context.Context, id state.Task, topic string, from, end int64, n int) (int, error) {
 	r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
 	defer r.cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
-	c := &changelogRead{r: r, id: id, topic: topic, next: from, n: n, now: r.l.cfg.Now()}
+	c := &changelogRead{r: r, id: id, topic: topic, next: from, n: n, now: r.cfg.Now()}
 	lastProgress := time.Now()
 	for c.next < end {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -326,7 +327,7 @@ func restorePollError(fs kgo.Fetches) error {
 // c.next on to the chunk, through Config.Restore, writing the chunk whenever
 // it is full. got counts the records read, control records included.
 func (c *changelogRead) take(fs kgo.Fetches) (got int, err error) {
-	restore := c.r.l.cfg.Restore
+	restore := c.r.cfg.Restore
 	emit := func(k, v []byte) { c.chunk = append(c.chunk, state.Record{Key: k, Value: v}) }
 	fs.EachRecord(func(rec *kgo.Record) {
 		if err != nil || rec.Topic != c.topic || rec.Partition != c.id.Partition || rec.Offset < c.next {
@@ -362,10 +363,10 @@ func (c *changelogRead) take(fs kgo.Fetches) (got int, err error) {
 // write applies the chunk of restored writes with the offset after them,
 // and empties it.
 func (c *changelogRead) write() error {
-	if err := c.r.l.cfg.Store.Restore(c.id, c.chunk, c.next); err != nil {
+	if err := c.r.cfg.Store.Restore(c.id, c.chunk, c.next); err != nil {
 		return err
 	}
-	c.r.l.stats.addRestored(c.recs)
+	c.r.stats.addRestored(c.recs)
 	c.chunk, c.recs = c.chunk[:0], 0
 	return nil
 }

@@ -24,18 +24,27 @@ type restoreHandler struct {
 	restored map[state.Task]int // Restored calls of a verified task
 }
 
-func (h *restoreHandler) Restored(t *Task) error {
-	if t.Verified() {
-		h.mu.Lock()
-		h.restored[t.ID]++
-		h.mu.Unlock()
+func (h *restoreHandler) NewTask(t *Task) *restoreTask { return &restoreTask{h: h, t: t} }
+func (h *restoreHandler) Due(time.Time) bool           { return false }
+func (h *restoreHandler) Begin(*Batch) error           { return nil }
+
+// restoreTask is restoreHandler's TaskHandler.
+type restoreTask struct {
+	h *restoreHandler
+	t *Task
+}
+
+func (rt *restoreTask) Restored() error {
+	if rt.t.Verified() {
+		rt.h.mu.Lock()
+		rt.h.restored[rt.t.ID]++
+		rt.h.mu.Unlock()
 	}
 	return nil
 }
-func (h *restoreHandler) Revoked(*Task)                            {}
-func (h *restoreHandler) Due(time.Time) bool                       { return false }
-func (h *restoreHandler) Begin(*Batch) error                       { return nil }
-func (h *restoreHandler) Process(*Batch, *Task, *kgo.Record) error { return nil }
+func (rt *restoreTask) Revoked()                          {}
+func (rt *restoreTask) Process(*Batch, *kgo.Record) error { return nil }
+func (rt *restoreTask) Stage(*Batch)                      {}
 
 // TestRestoreRetriesTransientErrors: while a task restores its changelog,
 // the broker answers the restore's ListOffsets or Fetch for the changelog

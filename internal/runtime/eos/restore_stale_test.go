@@ -127,8 +127,8 @@ func testRestoreStale(t *testing.T, age time.Duration, reset bool) {
 		t.Fatal(err)
 	}
 	end := hwms[changelog][0].Offset
-	l := New(Config{Store: st}, nil)
-	r := &restorer{l: l, cl: cl}
+	l := New[TaskHandler](Config{Store: st}, nil)
+	r := l.newRestorer(cl)
 	if _, err := r.restoreTask(ctx, task, changelog, end, end); err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +217,8 @@ func TestRestoreStoreOfUnknownAge(t *testing.T) {
 				}
 			}
 			clock = time.Now()
-			l := New(Config{Store: st}, nil)
-			r := &restorer{l: l, cl: cl}
+			l := New[TaskHandler](Config{Store: st}, nil)
+			r := l.newRestorer(cl)
 			if _, err := r.restoreTask(ctx, task, changelog, end, end); err != nil {
 				t.Fatal(err)
 			}

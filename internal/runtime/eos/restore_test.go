@@ -58,8 +58,8 @@ func TestRestoreWritesExpansionsInBatches(t *testing.T) {
 		}
 		return nil
 	}
-	l := New(Config{Store: st, Restore: expand}, nil)
-	r := &restorer{l: l, cl: cl}
+	l := New[TaskHandler](Config{Store: st, Restore: expand}, nil)
+	r := l.newRestorer(cl)
 	task := state.Task{Topic: "in", Partition: 0}
 	has := func(rec int) bool {
 		_, ok, err := st.Get(append(task.Prefix(), fmt.Appendf(nil, "k%d-%07d", rec, per-1)...))

@@ -47,7 +47,7 @@ func (r *restorer) deleteRetention(ctx context.Context, topic string) (time.Dura
 	}
 	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
 		// May not describe the topic: assume Kafka's default, once per TTL.
-		r.l.cfg.Logger.Warn("cannot read the changelog's delete.retention.ms; assuming Kafka's default", "topic", topic, "default", defaultDeleteRetention, "err", err)
+		r.cfg.Logger.Warn("cannot read the changelog's delete.retention.ms; assuming Kafka's default", "topic", topic, "default", defaultDeleteRetention, "err", err)
 		err = nil
 	}
 	if err != nil {
@@ -85,7 +85,7 @@ func (r *restorer) staleStore(ctx context.Context, topic string, matched time.Ti
 	if matched.IsZero() {
 		return "the store does not record when it last matched the changelog (written by an older version)", nil
 	}
-	age := r.l.cfg.Store.Now().Sub(matched) // the clock that stamped it
+	age := r.cfg.Store.Now().Sub(matched) // the clock that stamped it
 	if age >= ret-ret/10 {
 		return fmt.Sprintf("the store last matched the changelog %s ago; the changelog keeps tombstones for %s (delete.retention.ms)",
 			age.Round(time.Second), ret), nil

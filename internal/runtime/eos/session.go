@@ -25,7 +25,7 @@ const closeWait = 10 * time.Second
 // its partitions at once; after a crash or a fatal error we do not: a
 // restarted incarnation takes the place back without a rebalance, and a
 // fenced one must not remove the member that fenced it.
-func (l *Loop) closeSession(sess *kgo.GroupTransactSession, leave bool) {
+func (l *Loop[T]) closeSession(sess *kgo.GroupTransactSession, leave bool) {
 	member, _ := sess.Client().GroupMetadata()
 	done := make(chan struct{})
 	go func() {
@@ -44,7 +44,7 @@ func (l *Loop) closeSession(sess *kgo.GroupTransactSession, leave bool) {
 
 // leaveStatic removes this static member from the group, if the group still
 // lists our instance id with our member id (not a successor's).
-func (l *Loop) leaveStatic(member string) {
+func (l *Loop[T]) leaveStatic(member string) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 	defer cancel()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(l.cfg.Brokers...)}, l.cfg.ClientOpts...)...)
@@ -83,7 +83,7 @@ func (l *Loop) leaveStatic(member string) {
 // sessionOpts are the transact session's client options: the transactional
 // producer and the consumer group with the loop's callbacks, read_committed,
 // the partitioner, then Config.ClientOpts last so that they can override.
-func (l *Loop) sessionOpts() []kgo.Opt {
+func (l *Loop[T]) sessionOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(l.cfg.Brokers...),
 		kgo.TransactionalID(l.cfg.TransactionalID),
@@ -121,7 +121,7 @@ func (l *Loop) sessionOpts() []kgo.Opt {
 
 // changelogTopics are the changelog topics of the inputs, whose records the
 // partitioner places by hand.
-func (l *Loop) changelogTopics() []string {
+func (l *Loop[T]) changelogTopics() []string {
 	var ts []string
 	for _, in := range l.cfg.Inputs {
 		ts = append(ts, l.cfg.ChangelogOf(in))
@@ -174,7 +174,7 @@ func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
 // this fences a previous incarnation with our transactional id and aborts
 // the transaction it left open, so restores do not wait behind it (and an
 // authentication problem surfaces now, with its cause).
-func (l *Loop) initProducer(ctx context.Context, sess *kgo.GroupTransactSession) error {
+func (l *Loop[T]) initProducer(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	initCtx, cancel := context.WithTimeout(ctx, l.cfg.TransactionTimeout+l.cfg.SessionTimeout)
 	defer cancel()
 	if _, _, err := sess.Client().ProducerID(initCtx); err != nil {
@@ -186,7 +186,7 @@ func (l *Loop) initProducer(ctx context.Context, sess *kgo.GroupTransactSession)
 // newRestoreClient returns the client restores read the changelogs with:
 // read_committed, keeping the control records (every transaction's marker
 // shows a restore that the range up to the last stable offset was read).
-func (l *Loop) newRestoreClient() (*kgo.Client, error) {
+func (l *Loop[T]) newRestoreClient() (*kgo.Client, error) {
 	rc, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(l.cfg.Brokers...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

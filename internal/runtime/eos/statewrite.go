@@ -38,7 +38,7 @@ func (f *inflight) write(st *state.Store) {
 }
 
 // settle waits for the in-flight Pebble write, if any, and finishes it.
-func (l *Loop) settle() error {
+func (l *Loop[T]) settle() error {
 	f := l.inflight
 	if f == nil {
 		return nil
@@ -49,7 +49,7 @@ func (l *Loop) settle() error {
 }
 
 // finish runs a written transaction's hooks, or reports its failed write.
-func (l *Loop) finish(f *inflight) error {
+func (l *Loop[T]) finish(f *inflight) error {
 	if f.err != nil {
 		// Kafka has the transaction; Pebble does not (or not all of it).
 		// Stop: on restart the changelog restores what is missing
@@ -73,7 +73,7 @@ func (l *Loop) finish(f *inflight) error {
 // records the offset after its last changelog record. Without AsyncCommit
 // the write and its hooks run here; with it the write runs on a goroutine
 // while the loop goes on, and settle finishes it.
-func (l *Loop) writeState(tx *txnBatches, p *txnProducer, start time.Time, records int) error {
+func (l *Loop[T]) writeState(tx *txnBatches, p *txnProducer, start time.Time, records int) error {
 	tx.bases = nil // the previous transaction is in Pebble now
 	for _, c := range tx.children {
 		c.Txn.Detach()

@@ -17,7 +17,7 @@ import (
 // checks that every changelog is co-partitioned with its input. Missing
 // inputs are created only with Config.CreateInputs; otherwise it waits for
 // them (waitInputs).
-func (l *Loop) ensureTopics(ctx context.Context) error {
+func (l *Loop[T]) ensureTopics(ctx context.Context) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(l.cfg.Brokers...)}, l.cfg.ClientOpts...)...)
 	if err != nil {
 		return fmt.Errorf("eos: admin client: %w", err)
@@ -53,7 +53,7 @@ const inputWait = 5 * time.Second
 // waitInputs returns once every input topic exists. While one is missing it
 // says so once in the log and all along in Stats (the metric
 // projector_input_topic_missing and /readyz).
-func (l *Loop) waitInputs(ctx context.Context, adm *kadm.Client) error {
+func (l *Loop[T]) waitInputs(ctx context.Context, adm *kadm.Client) error {
 	var logged []string
 	defer l.setMissing(nil)
 	for {
@@ -97,7 +97,7 @@ func (l *Loop) waitInputs(ctx context.Context, adm *kadm.Client) error {
 	}
 }
 
-func (l *Loop) setMissing(topics []string) {
+func (l *Loop[T]) setMissing(topics []string) {
 	l.stats.setMissing(topics)
 	l.publishReadiness()
 }

@@ -18,7 +18,7 @@ const endTimeoutHeadroom = 10 * time.Second
 
 // transact runs one Kafka transaction over the polled records and the
 // handler's due work. It returns an error only when the loop must stop.
-func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now time.Time) error {
+func (l *Loop[T]) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now time.Time) error {
 	start := time.Now()
 	l.mu.Lock()
 	revokes := l.revokes
@@ -93,14 +93,14 @@ func (l *Loop) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, now
 // previous transaction's Pebble write is in flight (AsyncCommit), task txns
 // read through its batches; the tasks owned and verified now are the only
 // ones the transaction may change outside Process (Batch.Owns).
-func (l *Loop) newTransaction(now time.Time, produce func(*kgo.Record)) *Batch {
+func (l *Loop[T]) newTransaction(now time.Time, produce func(*kgo.Record)) *Batch {
 	var bases map[state.Task]*Batch
 	if l.inflight != nil {
 		bases = l.inflight.tx.byTask
 	}
 	b := newTxnBatches(l.cfg.Store, now, l.cfg.DeadLetterTopic, produce, bases)
 	b.tx.owned = make(map[*Task]bool, len(l.tasks))
-	l.Tasks(func(t *Task) { b.tx.owned[t] = true })
+	l.eachOwned(func(t ownedTask[T]) { b.tx.owned[t.Task] = true })
 	return b
 }
 
@@ -162,7 +162,7 @@ const maxProduceAborts = 5
 // transaction, whose records are then processed again – but a record the
 // broker will never take must not loop forever: after maxProduceAborts
 // aborts in a row the loop stops with the error.
-func (l *Loop) produceFailed(ctx context.Context, sess *kgo.GroupTransactSession, perr error, start time.Time) error {
+func (l *Loop[T]) produceFailed(ctx context.Context, sess *kgo.GroupTransactSession, perr error, start time.Time) error {
 	l.cfg.Logger.Warn("produce failed; aborting transaction", "err", perr)
 	if isFatal(perr) {
 		l.abort(sess)
@@ -180,7 +180,7 @@ func (l *Loop) produceFailed(ctx context.Context, sess *kgo.GroupTransactSession
 }
 
 // abort ends the open transaction with an abort, best effort.
-func (l *Loop) abort(sess *kgo.GroupTransactSession) {
+func (l *Loop[T]) abort(sess *kgo.GroupTransactSession) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TransactionTimeout)
 	defer cancel()
 	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
@@ -192,7 +192,7 @@ func (l *Loop) abort(sess *kgo.GroupTransactSession) {
 // contract): the outcome may be unknown, so local state can no longer be
 // trusted to match Kafka. The loop stops; a restart restores from the
 // changelog.
-func (l *Loop) endError(err error) error {
+func (l *Loop[T]) endError(err error) error {
 	l.stats.addTxn("failed", 0)
 	if isFatal(err) {
 		return fatalError("end transaction", err)
@@ -204,7 +204,7 @@ func (l *Loop) endError(err error) error {
 // after an abort nothing in Pebble changed, but the handler's in-memory
 // indexes are rebuilt from Pebble on restore, so they cannot carry anything
 // from the aborted transaction.
-func (l *Loop) invalidate() {
+func (l *Loop[T]) invalidate() {
 	for _, t := range l.tasks {
 		t.verified = false
 	}
