@@ -76,10 +76,11 @@ type Config struct {
 	StartOffset *kgo.Offset
 }
 
-// EffectRules build the side-effect intents of an applied event
-// (*effect.Rules, package sideeffects/effect). An error names effects whose key could not be built;
-// the intents that could be built are still returned. Intents is called from
-// several goroutines at once (one per input partition being processed).
+// EffectRules build the side-effect intents of an applied event (the
+// configured rules: *effect.Rules of package sideeffects/effect). An error
+// names effects whose key could not be built; the intents that could be
+// built are still returned. Intents is called from several goroutines at
+// once (one per input partition being processed).
 type EffectRules interface {
 	Intents(projection string, ev *projection.Event, version int64) ([]projection.Intent, error)
 }
