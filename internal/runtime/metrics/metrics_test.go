@@ -30,11 +30,11 @@ var (
 
 // fakeSource is a settable Source.
 type fakeSource struct {
-	mu        sync.Mutex
-	events    map[[2]string]int64
-	dlq       map[string]int64
-	effects   map[[2]string]int64
-	txns      map[string]int64
+	mu sync.Mutex
+	// counts are every counter the Source reports, by what and labels
+	// ("events", projection, outcome; "dlq", reason; "effects", effect,
+	// status; "txns", result).
+	counts    map[string]int64
 	restored  int64
 	ready     bool
 	assigned  []state.Task
@@ -43,7 +43,7 @@ type fakeSource struct {
 }
 
 func newFake() *fakeSource {
-	return &fakeSource{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}, txns: map[string]int64{}}
+	return &fakeSource{counts: map[string]int64{}}
 }
 
 // locked reads one of the fake's fields under its mutex.
@@ -53,19 +53,28 @@ func locked[T any](f *fakeSource, read func() T) T {
 	return read()
 }
 
-func (f *fakeSource) Events(p, o string) int64 {
-	return locked(f, func() int64 { return f.events[[2]string{p, o}] })
+func countKey(what string, labels ...string) string {
+	return what + "|" + strings.Join(labels, "|")
 }
-func (f *fakeSource) DeadLetters(r string) int64 { return locked(f, func() int64 { return f.dlq[r] }) }
-func (f *fakeSource) Effects(e, s string) int64 {
-	return locked(f, func() int64 { return f.effects[[2]string{e, s}] })
+
+// set sets one counter (what and labels as in counts).
+func (f *fakeSource) set(n int64, what string, labels ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts[countKey(what, labels...)] = n
 }
-func (f *fakeSource) Transactions(r string) int64 {
-	return locked(f, func() int64 { return f.txns[r] })
+
+func (f *fakeSource) count(what string, labels ...string) int64 {
+	return locked(f, func() int64 { return f.counts[countKey(what, labels...)] })
 }
-func (f *fakeSource) Restored() int64         { return locked(f, func() int64 { return f.restored }) }
-func (f *fakeSource) MissingInputs() []string { return nil }
-func (f *fakeSource) RestoreRetries() int64   { return 0 }
+
+func (f *fakeSource) Events(p, o string) int64    { return f.count("events", p, o) }
+func (f *fakeSource) DeadLetters(r string) int64  { return f.count("dlq", r) }
+func (f *fakeSource) Effects(e, s string) int64   { return f.count("effects", e, s) }
+func (f *fakeSource) Transactions(r string) int64 { return f.count("txns", r) }
+func (f *fakeSource) Restored() int64             { return locked(f, func() int64 { return f.restored }) }
+func (f *fakeSource) MissingInputs() []string     { return nil }
+func (f *fakeSource) RestoreRetries() int64       { return 0 }
 
 func (f *fakeSource) Ready() bool { return locked(f, func() bool { return f.ready }) }
 func (f *fakeSource) Assigned() []state.Task {
@@ -81,7 +90,7 @@ func (f *fakeSource) Observe(fn func(processor.TxnObservation)) {
 }
 func (f *fakeSource) txn(result string, d time.Duration) {
 	f.mu.Lock()
-	f.txns[result]++
+	f.counts[countKey("txns", result)]++
 	obs := slices.Clone(f.observers)
 	f.mu.Unlock()
 	for _, o := range obs {
@@ -209,13 +218,13 @@ func TestExactValues(t *testing.T) {
 		Now:      func() time.Time { return now },
 		Pending:  func() int64 { return pending },
 	})
-	f.events[[2]string{"case-overview", "applied"}] = 7
-	f.events[[2]string{"sla", "stale"}] = 2
-	f.events[[2]string{"", "invalid"}] = 3
-	f.dlq["invalid:eventId"] = 2
-	f.dlq["conflict"] = 1
-	f.effects[[2]string{"sla-breach-email", "enqueued"}] = 4
-	f.effects[[2]string{"sla-breach-email", "suppressed"}] = 5
+	f.set(7, "events", "case-overview", "applied")
+	f.set(2, "events", "sla", "stale")
+	f.set(3, "events", "", "invalid")
+	f.set(2, "dlq", "invalid:eventId")
+	f.set(1, "dlq", "conflict")
+	f.set(4, "effects", "sla-breach-email", "enqueued")
+	f.set(5, "effects", "sla-breach-email", "suppressed")
 	f.restored = 42
 	f.ready = true
 	f.assigned = []state.Task{{Topic: "events", Partition: 1}}
@@ -225,10 +234,10 @@ func TestExactValues(t *testing.T) {
 	f.txn("committed", 30*time.Millisecond)
 	f.txn("aborted", time.Second) // counted, not observed
 	f.txn("failed", 0)
-	x.effects[[2]string{"sla-breach-email", "succeeded"}] = 1
-	x.effects[[2]string{"sla-breach-email", "unknown"}] = 1
-	x.effects[[2]string{"sla-breach-email", "in-flight"}] = 1 // not a contract status
-	x.effects[[2]string{"sla-breach-email", "enqueued"}] = 1  // adds to the processor's
+	x.set(1, "effects", "sla-breach-email", "succeeded")
+	x.set(1, "effects", "sla-breach-email", "unknown")
+	x.set(1, "effects", "sla-breach-email", "in-flight") // not a contract status
+	x.set(1, "effects", "sla-breach-email", "enqueued")  // adds to the processor's
 	x.restored = 8
 	x.assigned = []state.Task{{Topic: "effects", Partition: 0}}
 	x.txn("committed", 50*time.Millisecond)
@@ -309,14 +318,14 @@ projector_transactions_total{result="failed"} 1
 func TestScrapeIsIdempotent(t *testing.T) {
 	reg, _, f := newTest(t, Options{})
 	f.mu.Lock()
-	f.events[[2]string{"sla", "applied"}] = 1
+	f.set(1, "events", "sla", "applied")
 	f.mu.Unlock()
 	k := "projector_events_total{outcome=applied,projection=sla}"
 	if a, b := series(t, reg)[k], series(t, reg)[k]; a != 1 || b != 1 {
 		t.Fatalf("scrapes: %v, %v; want 1, 1", a, b)
 	}
 	f.mu.Lock()
-	f.events[[2]string{"sla", "applied"}] = 4
+	f.set(4, "events", "sla", "applied")
 	f.mu.Unlock()
 	if v := series(t, reg)[k]; v != 4 {
 		t.Fatalf("after commits: %v, want 4", v)
