@@ -370,39 +370,31 @@ func openStore(dir string, o state.Options) (*state.Store, error) {
 	return state.Open(dir, o)
 }
 
-// Run runs the processor and the executor (whichever this role has) until
-// ctx is done (nil) or one of them fails, which stops the other.
+// Run runs the parts this role has (processor, executor, the HTTP server,
+// the lag metrics, the ingress) until ctx is done (nil) or one of them
+// fails, which stops the others.
 func (a *App) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, 5)
-	srv := httpserver.New(a.Config.HTTP.Listen, a.Registry, a.Ready)
-	wg.Go(func() {
-		if errs[2] = srv.Run(ctx); errs[2] != nil {
-			cancel()
-		}
-	})
-	if a.Metrics != nil {
-		wg.Go(func() { errs[3] = a.Metrics.Run(ctx) })
-	}
+	var parts []func(context.Context) error
 	if a.Processor != nil {
-		wg.Go(func() {
-			if errs[0] = a.Processor.Run(ctx); errs[0] != nil {
-				cancel()
-			}
-		})
+		parts = append(parts, a.Processor.Run)
 	}
 	if a.Executor != nil {
-		wg.Go(func() {
-			if errs[1] = a.Executor.Run(ctx); errs[1] != nil {
-				cancel()
-			}
-		})
+		parts = append(parts, a.Executor.Run)
+	}
+	parts = append(parts, httpserver.New(a.Config.HTTP.Listen, a.Registry, a.Ready).Run)
+	if a.Metrics != nil {
+		parts = append(parts, a.Metrics.Run)
 	}
 	if a.Ingress != nil {
+		parts = append(parts, a.Ingress.Run)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(parts))
+	for i, run := range parts {
 		wg.Go(func() {
-			if errs[4] = a.Ingress.Run(ctx); errs[4] != nil {
+			if errs[i] = run(ctx); errs[i] != nil {
 				cancel()
 			}
 		})
