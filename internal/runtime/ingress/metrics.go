@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Codes are the status codes the ingress answers; their series exist from
+// codes are the status codes the ingress answers; their series exist from
 // the start at 0 (as every known label value in internal/runtime/metrics).
-var Codes = []int{200, 201, 202, 400, 404, 405, 409, 413, 422, 503}
+var codes = []int{200, 201, 202, 400, 404, 405, 409, 413, 422, 503}
 
 type metrics struct {
 	requests *prometheus.CounterVec
@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 	}
-	for _, c := range Codes {
+	for _, c := range codes {
 		m.requests.WithLabelValues(strconv.Itoa(c))
 	}
 	if reg != nil {
