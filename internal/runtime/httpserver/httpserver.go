@@ -73,7 +73,7 @@ func New(listen string, gatherer prometheus.Gatherer, ready ReadyFunc) *Server {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "projector: /metrics /healthz /readyz\n")
 	})
-	return &Server{listen: listen, key: "http.listen", handler: mux, up: make(chan struct{})}
+	return NewHandler(listen, "http.listen", mux)
 }
 
 // NewHandler returns a server of handler on listen (another listener, such
