@@ -10,8 +10,7 @@ import (
 
 // request is one Runner Update waiting for the loop.
 type request struct {
-	task  *eos.Task
-	wt    *workerTask // the task's runner that asked
+	wt    *workerTask // the task whose runner asked
 	fn    func(*effect.Ledger) error
 	reply chan error
 	// blocked: it writes to a partition the client holds no offset for
@@ -27,7 +26,7 @@ func (h *workerHandler) Due(time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, r := range w.requests {
-		if r.task.Verified() && !r.blocked {
+		if r.wt.task.Verified() && !r.blocked {
 			return true
 		}
 	}
@@ -51,10 +50,10 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 		case r.wt.revoked.Load():
 			r.reply <- ErrRevoked
 			continue
-		case !b.Owns(r.task) && !r.task.Verified():
+		case !b.Owns(r.wt.task) && !r.wt.task.Verified():
 			wait = append(wait, r) // being restored again
 			continue
-		case !b.Owns(r.task):
+		case !b.Owns(r.wt.task):
 			// Verified, but the client holds no offset for the
 			// partition: never committed (a new partition), or lost
 			// and about to be revoked (Loop.dropLost). A write here
@@ -62,7 +61,7 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 			// (Recover of a ledger with no call in flight) is done;
 			// one that writes waits for an owned transaction.
 			ov := staging.New(staging.ReadOnly{Store: w.cfg.Store})
-			if err := r.fn(effect.NewLedger(ov, r.task.Prefix)); err != nil {
+			if err := r.fn(effect.NewLedger(ov, r.wt.task.Prefix)); err != nil {
 				r.reply <- err
 			} else if len(ov.Writes()) == 0 {
 				r.reply <- nil
@@ -73,8 +72,8 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 			continue
 		}
 		r.blocked = false
-		ov := staging.New(b.For(r.task).Txn)
-		if err := r.fn(effect.NewLedger(ov, r.task.Prefix)); err != nil {
+		ov := staging.New(b.For(r.wt.task).Txn)
+		if err := r.fn(effect.NewLedger(ov, r.wt.task.Prefix)); err != nil {
 			r.reply <- err
 			continue
 		}
@@ -107,18 +106,15 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 	return nil
 }
 
-// taskStore is a Runner's Store: updates go through the worker's loop.
-type taskStore struct {
-	w    *Worker
-	task *eos.Task
-	wt   *workerTask // the task's state, whose runner this store serves
-}
+// taskStore is the Store of a task's Runner: updates go through the
+// worker's loop.
+type taskStore workerTask
 
 func (s *taskStore) Update(fn func(*effect.Ledger) error) error {
-	if s.wt.revoked.Load() {
+	if s.revoked.Load() {
 		return ErrRevoked
 	}
-	r := &request{task: s.task, wt: s.wt, fn: fn, reply: make(chan error, 1)}
+	r := &request{wt: (*workerTask)(s), fn: fn, reply: make(chan error, 1)}
 	s.w.mu.Lock()
 	s.w.requests = append(s.w.requests, r)
 	s.w.mu.Unlock()

@@ -19,8 +19,6 @@ type workerTask struct {
 	task   *eos.Task
 	runner *Runner // nil until the partition is verified (Restored)
 	cancel context.CancelFunc
-	done   chan struct{}
-	ledger []byte // ledger prefix (the task prefix)
 	// revoked is set when the partition is revoked: from then on this
 	// runner's updates are refused, even those it makes while winding down,
 	// so that it can never race the partition's next runner (here or on
@@ -50,9 +48,8 @@ func (wt *workerTask) Restored() error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(w.runCtx)
-	done := make(chan struct{})
 	r, err := NewRunner(RunnerConfig{
-		Store: &taskStore{w: w, task: t, wt: wt}, Effects: w.cfg.Effects, Workers: w.cfg.Workers,
+		Store: (*taskStore)(wt), Effects: w.cfg.Effects, Workers: w.cfg.Workers,
 		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
 		Calls: w.calls, Scope: string(t.Prefix), Report: w.report, OnChange: w.changed,
 	})
@@ -68,12 +65,11 @@ func (wt *workerTask) Restored() error {
 	}
 	w.runnersWG.Add(1)
 	w.mu.Unlock()
-	wt.runner, wt.cancel, wt.done, wt.ledger = r, cancel, done, t.Prefix
+	wt.runner, wt.cancel = r, cancel
 	w.stats.track(r)
 	go func() {
 		defer w.runnersWG.Done()
 		defer w.stats.untrack(r)
-		defer close(done)
 		if err := r.Run(ctx); err != nil && !errors.Is(err, ErrRevoked) && ctx.Err() == nil {
 			// Its partition's keys wait until the partition is assigned
 			// again (a restart or a rebalance): say so loudly.
@@ -84,7 +80,7 @@ func (wt *workerTask) Restored() error {
 }
 
 func (wt *workerTask) Revoked() {
-	w, t := wt.w, wt.task
+	w := wt.w
 	if wt.runner != nil {
 		wt.revoked.Store(true)
 		wt.cancel()
@@ -94,7 +90,7 @@ func (wt *workerTask) Revoked() {
 	keep := w.requests[:0]
 	var drop []*request
 	for _, r := range w.requests {
-		if r.task == t {
+		if r.wt == wt {
 			drop = append(drop, r)
 		} else {
 			keep = append(keep, r)
