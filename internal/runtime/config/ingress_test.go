@@ -41,6 +41,9 @@ func TestIngressConfig(t *testing.T) {
 		{"ingress: {listen: 127.0.0.1:9464}", "ingress.listen"}, // the http.listen default
 		{"ingress: {listen: 127.0.0.1:8080, topic: c}", "ingress.topic"},
 		{"ingress: {listen: 127.0.0.1:8080, receiptsTopic: 'x y'}", "ingress.receiptsTopic"},
+		{"ingress: {listen: 127.0.0.1:8080, receiptsTopic: b}", `ingress.receiptsTopic: topic "b" is also an input topic`},
+		{"ingress: {listen: 127.0.0.1:8080, receiptsTopic: p.v1}", `ingress.receiptsTopic: topic "p.v1" is already used by projections[0].topic`},
+		{"ingress: {listen: 127.0.0.1:8080, receiptsTopic: ing.dlq}", `ingress.receiptsTopic: topic "ing.dlq" is already used by kafka.deadLetterTopic`},
 		{"ingress: {listen: 127.0.0.1:8080, timeout: -1s}", "ingress.timeout"},
 		{"ingress: {listen: 127.0.0.1:8080, maxBatch: 20000}", "ingress.maxBatch"},
 		{"ingress: {listen: 127.0.0.1:8080, maxBodyBytes: 1}", "ingress.maxBodyBytes"},

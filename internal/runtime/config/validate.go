@@ -186,8 +186,8 @@ func (c *Config) validateBrokers(l *errorList) {
 }
 
 // validateTopics checks the input topics, then the output topics (dead
-// letters, effects, projections), which must differ from the inputs (a
-// loop) and from each other.
+// letters, effects, projections, the ingress's receipts), which must differ
+// from the inputs (a loop) and from each other.
 func (c *Config) validateTopics(l *errorList) {
 	k := &c.Kafka
 	if len(k.Input) == 0 {
@@ -226,6 +226,9 @@ func (c *Config) validateTopics(l *errorList) {
 		if t := c.Projections[i].Topic; t != "" {
 			output(fmt.Sprintf("projections[%d].topic", i), t)
 		}
+	}
+	if c.Ingress != nil {
+		output("ingress.receiptsTopic", c.Ingress.ReceiptsTopic)
 	}
 }
 
@@ -465,9 +468,6 @@ func (c *Config) validateIngress(l *errorList) {
 	}
 	if in.Topic != "" && !slices.Contains(c.Kafka.Input, in.Topic) {
 		l.add("ingress.topic", "must be one of kafka.input %v, got %q", c.Kafka.Input, in.Topic)
-	}
-	if in.ReceiptsTopic != "" {
-		checkTopic(l, "ingress.receiptsTopic", in.ReceiptsTopic)
 	}
 	positive(l, "ingress.timeout", in.Timeout)
 	if in.MaxBodyBytes < 2 {
