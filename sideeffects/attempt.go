@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -23,7 +22,7 @@ func (r *Runner) runnable(e effect.Entry) (time.Time, bool) {
 	case effect.Unknown:
 		// Parked, or out of attempts: an unknown outcome is never retried
 		// without a policy that says the receiver honours the key.
-		if eff.OnUnknown == config.OnUnknownRetry && e.Attempts < eff.MaxAttempts {
+		if eff.OnUnknown == effect.OnUnknownRetry && e.Attempts < eff.MaxAttempts {
 			// The unknown attempt may still be running, made by another
 			// instance or an earlier Runner (Recover cannot tell a call
 			// that stopped from one that goes on): not before it is over.
@@ -197,7 +196,7 @@ func (r *Runner) outcome(eff Effect, n int, res effect.Result) (a effect.Attempt
 		return a, effect.Pending, now.Add(r.cfg.Backoff(n))
 	default: // OutcomeUnknown, or a Caller that could not tell
 		a.Outcome = effect.OutcomeUnknown
-		if eff.OnUnknown == config.OnUnknownRetry {
+		if eff.OnUnknown == effect.OnUnknownRetry {
 			next = now.Add(r.cfg.Backoff(n))
 		}
 		return a, effect.Unknown, next

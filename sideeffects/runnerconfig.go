@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/webhook"
 )
@@ -125,9 +124,9 @@ func (c *RunnerConfig) Validate() error {
 		if e.Timeout < 0 {
 			errs = append(errs, fmt.Errorf("sideeffects: effect %s: Timeout must not be negative", name))
 		}
-		if e.OnUnknown != "" && e.OnUnknown != config.OnUnknownRetry && e.OnUnknown != config.OnUnknownPark {
+		if e.OnUnknown != "" && e.OnUnknown != effect.OnUnknownRetry && e.OnUnknown != effect.OnUnknownPark {
 			errs = append(errs, fmt.Errorf("sideeffects: effect %s: OnUnknown must be %q or %q, got %q",
-				name, config.OnUnknownRetry, config.OnUnknownPark, e.OnUnknown))
+				name, effect.OnUnknownRetry, effect.OnUnknownPark, e.OnUnknown))
 		}
 	}
 	return errors.Join(errs...)
@@ -158,13 +157,13 @@ func (c *RunnerConfig) applyDefaults() {
 	effects := make(map[string]Effect, len(c.Effects))
 	for name, e := range c.Effects {
 		if e.MaxAttempts == 0 {
-			e.MaxAttempts = config.DefaultMaxAttempts
+			e.MaxAttempts = effect.DefaultMaxAttempts
 		}
 		if e.OnUnknown == "" {
-			e.OnUnknown = config.OnUnknownRetry
+			e.OnUnknown = effect.OnUnknownRetry
 		}
 		if e.Timeout == 0 {
-			e.Timeout = config.DefaultWebhookTimeout
+			e.Timeout = webhook.DefaultTimeout
 			if w, ok := e.Caller.(*webhook.Client); ok && w.Timeout > 0 {
 				e.Timeout = w.Timeout
 			}
