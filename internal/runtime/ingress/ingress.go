@@ -41,6 +41,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/httpserver"
 )
@@ -50,12 +52,12 @@ type Config struct {
 	Listen         string        // host:port; port 0 picks one (Addr)
 	Topic          string        // the input topic events are written to
 	ReceiptsTopic  string        // the compacted receipts topic
-	Timeout        time.Duration // wait for the committed receipt, then 202; default 10s
-	MaxBodyBytes   int64         // 413 above; default 1 MiB
-	MaxBatch       int           // events per {"events":[…]}; default 100
+	Timeout        time.Duration // wait for the committed receipt, then 202; default config.DefaultIngressTimeout
+	MaxBodyBytes   int64         // 413 above; default envelope.DefaultMaxBytes
+	MaxBatch       int           // events per {"events":[…]}; default config.DefaultIngressMaxBatch
 	RequireTenant  bool          // X-Tenant-ID mandatory
-	MaxRecordBytes int           // kafka.maxRecordBytes: the largest event accepted; default 1 MiB
-	Partitions     int32         // partitions of the receipts topic when it is created; default 4
+	MaxRecordBytes int           // kafka.maxRecordBytes: the largest event accepted; default envelope.DefaultMaxBytes
+	Partitions     int32         // partitions of the receipts topic when it is created; default config.DefaultEmbeddedPartitions
 
 	Brokers    []string
 	ClientOpts []kgo.Opt
@@ -66,19 +68,19 @@ type Config struct {
 
 func (c *Config) applyDefaults() {
 	if c.Timeout <= 0 {
-		c.Timeout = 10 * time.Second
+		c.Timeout = config.DefaultIngressTimeout
 	}
 	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = 1 << 20
+		c.MaxBodyBytes = envelope.DefaultMaxBytes
 	}
 	if c.MaxBatch <= 0 {
-		c.MaxBatch = 100
+		c.MaxBatch = config.DefaultIngressMaxBatch
 	}
 	if c.MaxRecordBytes <= 0 {
-		c.MaxRecordBytes = 1 << 20
+		c.MaxRecordBytes = envelope.DefaultMaxBytes
 	}
 	if c.Partitions <= 0 {
-		c.Partitions = 4
+		c.Partitions = config.DefaultEmbeddedPartitions
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
