@@ -143,9 +143,7 @@ func (c *Config) validateKafka(l *errorList) {
 	if k.MaxRecordBytes < 1<<10 || k.MaxRecordBytes > 64<<20 {
 		l.add("kafka.maxRecordBytes", "must be between 1KiB and 64MiB, got %s", k.MaxRecordBytes)
 	}
-	if k.MaxRecordsPerTransaction < 1 || k.MaxRecordsPerTransaction > 1_000_000 {
-		l.add("kafka.maxRecordsPerTransaction", "must be between 1 and 1000000, got %d", k.MaxRecordsPerTransaction)
-	}
+	between(l, "kafka.maxRecordsPerTransaction", k.MaxRecordsPerTransaction, 1, 1_000_000)
 	positive(l, "kafka.sessionTimeout", k.SessionTimeout)
 	k.validateSecurity(l)
 }
@@ -180,9 +178,7 @@ func (c *Config) validateBrokers(l *errorList) {
 	if msg := checkAddr(eb.Listen, true, 0); msg != "" {
 		l.add("kafka.embeddedBroker.listen", "%s", msg)
 	}
-	if eb.Partitions < 1 || eb.Partitions > 1024 {
-		l.add("kafka.embeddedBroker.partitions", "must be between 1 and 1024, got %d", eb.Partitions)
-	}
+	between(l, "kafka.embeddedBroker.partitions", eb.Partitions, 1, 1024)
 }
 
 // validateTopics checks the input topics, then the output topics (dead
@@ -337,9 +333,7 @@ func (c *Config) validateSideEffects(l *errorList) {
 		}
 		checkURL(l, key+".webhook.url", s.Webhook.URL)
 		positive(l, key+".webhook.timeout", s.Webhook.Timeout)
-		if s.MaxAttempts < 1 || s.MaxAttempts > 1000 {
-			l.add(key+".maxAttempts", "must be between 1 and 1000, got %d", s.MaxAttempts)
-		}
+		between(l, key+".maxAttempts", s.MaxAttempts, 1, 1000)
 		oneOf(l, key+".onUnknown", s.OnUnknown, OnUnknownRetry, OnUnknownPark)
 	}
 }
@@ -425,6 +419,13 @@ func positive(l *errorList, key string, d Duration) {
 	}
 }
 
+// between checks that v is in [lo, hi].
+func between(l *errorList, key string, v, lo, hi int) {
+	if v < lo || v > hi {
+		l.add(key, "must be between %d and %d, got %d", lo, hi, v)
+	}
+}
+
 func oneOf(l *errorList, key, v string, allowed ...string) {
 	if !slices.Contains(allowed, v) {
 		l.add(key, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
@@ -473,7 +474,5 @@ func (c *Config) validateIngress(l *errorList) {
 	if in.MaxBodyBytes < 2 {
 		l.add("ingress.maxBodyBytes", "must be at least 2 bytes, got %d", int64(in.MaxBodyBytes))
 	}
-	if in.MaxBatch < 1 || in.MaxBatch > 10000 {
-		l.add("ingress.maxBatch", "must be 1..10000, got %d", in.MaxBatch)
-	}
+	between(l, "ingress.maxBatch", in.MaxBatch, 1, 10000)
 }
