@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 const ingressKillConfig = `name: ik
@@ -127,16 +126,8 @@ func TestIngressConcurrentKill(t *testing.T) {
 		keys, _ = strconv.Atoi(v)
 	}
 	const clients = 32
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 4, "events")
 	ctx := context.Background()
-	if err := testkit.CreateTopic(ctx, brokers, "events", 4); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	var inst [2]*ingressInstance
 	for i := range inst {

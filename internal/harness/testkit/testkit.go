@@ -19,7 +19,37 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/topicread"
+	"github.com/projector-dev/projector/internal/runtime/broker"
 )
+
+// TB is the part of testing.TB that Broker uses; testkit does not import
+// "testing" because it is linked into `projector bench` too.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
+// Broker starts an in-memory embedded broker on a loopback port, with
+// partitions partitions for auto-created topics, and creates topics with as
+// many each. It closes the broker when the test ends through t.Cleanup: after
+// the test's deferred calls and after every cleanup registered later, such as
+// a worker's. It returns the broker and its address as a seed list.
+func Broker(t TB, partitions int32, topics ...string) (*broker.Embedded, []string) {
+	t.Helper()
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: int(partitions)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	brokers := []string{b.Addr()}
+	for _, topic := range topics {
+		if err := CreateTopic(context.Background(), brokers, topic, partitions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b, brokers
+}
 
 // Produce writes records to topic (key-hash partitioned, like a well-behaved
 // producer), synchronously, in order.

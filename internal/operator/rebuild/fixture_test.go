@@ -15,7 +15,6 @@ import (
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
@@ -36,16 +35,8 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	f := &fixture{brokers: []string{b.Addr()}, dir: t.TempDir(), recv: newReceiver(t)}
-	if err := testkit.CreateTopic(context.Background(), f.brokers, input, 4); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	_, brokers := testkit.Broker(t, 4, input)
+	return &fixture{brokers: brokers, dir: t.TempDir(), recv: newReceiver(t)}
 }
 
 const configTemplate = `name: %s
