@@ -130,6 +130,22 @@ func WaitCaughtUp(ctx context.Context, brokers []string, group string, topics ..
 	}
 }
 
+// WaitFor polls cond every 50 ms until it holds, ctx ends (ctx.Err()) or
+// within has passed.
+func WaitFor(ctx context.Context, within time.Duration, cond func() bool) error {
+	deadline := time.After(within)
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("timed out after %s", within)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // ReadAll reads every committed record of topic (read_committed), up to the
 // end offsets at the time of the call.
 func ReadAll(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
