@@ -15,6 +15,7 @@ import (
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
@@ -37,6 +38,27 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	_, brokers := testkit.Broker(t, 4, input)
 	return &fixture{brokers: brokers, dir: t.TempDir(), recv: newReceiver(t)}
+}
+
+// startLive runs the live worker of cfg until the test ends (t.Cleanup:
+// before the fixture's broker and receiver close).
+func startLive(t *testing.T, cfg *config.Config) *app.App {
+	t.Helper()
+	a, err := app.New(cfg, app.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("live worker: %v", err)
+		}
+		a.Close()
+	})
+	return a
 }
 
 const configTemplate = `name: %s
