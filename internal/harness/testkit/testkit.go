@@ -1,5 +1,6 @@
-// Package testkit holds the checkers shared by projector's integration tests,
-// soak and benchmark: producing a workload, waiting for a consumer group to
+// Package testkit holds the set-up and checkers shared by projector's
+// integration tests, soak, benchmark and demo: starting a test broker,
+// producing a workload, waiting for a condition or for a consumer group to
 // catch up, reading topics read_committed, and Jepsen-style checks of a
 // projection topic against a workload's reference fold.
 package testkit
