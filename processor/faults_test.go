@@ -634,12 +634,8 @@ func testMalformed(t *testing.T, oversize bool) {
 	if !oversize && len(table) < 25 {
 		t.Fatalf("the table has %d records, want ≥ 25", len(table))
 	}
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	e := &env{t: t, brokers: []string{b.Addr()}, b: b, dir: t.TempDir()}
+	b, brokers := testkit.Broker(t, 1)
+	e := &env{t: t, brokers: brokers, b: b, dir: t.TempDir()}
 	ctx := context.Background()
 	// The input accepts 16 MB records, as a topic carrying large events
 	// would; one partition, so that every bad record sits between good ones.

@@ -40,16 +40,8 @@ type env struct {
 
 func newEnv(t testing.TB, partitions int32) *env {
 	t.Helper()
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: int(partitions)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	e := &env{t: t, brokers: []string{b.Addr()}, b: b, dir: t.TempDir()}
-	if err := testkit.CreateTopic(context.Background(), e.brokers, inputTopic, partitions); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	b, brokers := testkit.Broker(t, partitions, inputTopic)
+	return &env{t: t, brokers: brokers, b: b, dir: t.TempDir()}
 }
 
 func rules() projection.Rules {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/sideeffects"
@@ -76,17 +75,9 @@ func (h *logTally) count(prefix string) int {
 // in-flight entry the previous one left: that must have happened, or the
 // test proved nothing.
 func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	brokers := []string{b.Addr()}
-	ctx := context.Background()
 	const topic = "fx.effects"
-	if err := testkit.CreateTopic(ctx, brokers, topic, 2); err != nil {
-		t.Fatal(err)
-	}
+	_, brokers := testkit.Broker(t, 2, topic)
+	ctx := context.Background()
 	rc := sideeffectstest.NewIdemReceiver(t, func() time.Duration {
 		return time.Duration(500+rand.IntN(1500)) * time.Millisecond
 	})

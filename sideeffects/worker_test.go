@@ -16,7 +16,6 @@ import (
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects"
 	"github.com/projector-dev/projector/sideeffects/effect"
@@ -161,15 +160,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 
 func setup(t *testing.T, events int) ([]string, []workload.Record, map[string]bool) {
 	t.Helper()
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	brokers := []string{b.Addr()}
-	if err := testkit.CreateTopic(context.Background(), brokers, "case-events", 4); err != nil {
-		t.Fatal(err)
-	}
+	_, brokers := testkit.Broker(t, 4, "case-events")
 	o := workload.Defaults()
 	o.Events, o.Aggregates, o.Seed = events, events/10, 7
 	recs, _ := workload.Generate(o)

@@ -479,15 +479,7 @@ func (fw *fxWorker) changesAfter(t time.Time) []fxChange {
 // partitions) and produces one intent for each of n keys.
 func fxSetup(t *testing.T, n int) (b *broker.Embedded, brokers, keys []string) {
 	t.Helper()
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	brokers = []string{b.Addr()}
-	if err := testkit.CreateTopic(context.Background(), brokers, fxEffects, 2); err != nil {
-		t.Fatal(err)
-	}
+	b, brokers = testkit.Broker(t, 2, fxEffects)
 	recs := make([]workload.Record, n)
 	for i := range recs {
 		keys = append(keys, fmt.Sprintf("k%03d", i))

@@ -154,7 +154,7 @@ func (d *demo) story(ctx context.Context) error {
 	if err := testkit.Produce(ctx, d.a.Brokers, input, recs); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 30*time.Second, func() bool { return d.a.Processor.Stats().DeadLetters("gap-timeout") >= 1 }); err != nil {
+	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool { return d.a.Processor.Stats().DeadLetters("gap-timeout") >= 1 }); err != nil {
 		return fmt.Errorf("waiting for the gap timeout: %w", err)
 	}
 	st := d.a.Processor.Stats()
@@ -225,7 +225,7 @@ func (d *demo) printDeadLetters(ctx context.Context) error {
 // timed out, parked as unknown and then resolved by hand.
 func (d *demo) storyEffects(ctx context.Context) error {
 	a, cfg := d.a, d.cfg
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool {
 		return a.Executor.Stats().Effects("sla-breach-email", "unknown") >= 1
 	}); err != nil {
 		return fmt.Errorf("waiting for the side effect: %w", err)
@@ -238,7 +238,7 @@ func (d *demo) storyEffects(ctx context.Context) error {
 	if err := ops.SendResolve(ctx, opts, cfg.Kafka.EffectsTopic, demoUnknownKey, effect.Succeeded, "the sink confirms it sent the email"); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool {
 		return a.Executor.Stats().Effects("sla-breach-email", "resolved") >= 1
 	}); err != nil {
 		return fmt.Errorf("waiting for the resolve: %w", err)
@@ -271,7 +271,7 @@ func (d *demo) volume(ctx context.Context, n int) error {
 		return err
 	}
 	target := before + int64(exp.Applied+exp.Duplicates+exp.Stale+exp.Conflicts+exp.Invalid)
-	if err := waitFor(ctx, 2*time.Minute, func() bool { return settledOutcomes(a.Processor.Stats()) >= target }); err != nil {
+	if err := testkit.WaitFor(ctx, 2*time.Minute, func() bool { return settledOutcomes(a.Processor.Stats()) >= target }); err != nil {
 		return err
 	}
 	took := time.Since(t0)
@@ -302,7 +302,7 @@ func (d *demo) volume(ctx context.Context, n int) error {
 func (d *demo) allEffects(ctx context.Context) (int64, error) {
 	a := d.a
 	enq := a.Processor.Stats().Effects("sla-breach-email", "enqueued")
-	if err := waitFor(ctx, 2*time.Minute, func() bool {
+	if err := testkit.WaitFor(ctx, 2*time.Minute, func() bool {
 		es := a.Executor.Stats()
 		return es.Effects("sla-breach-email", "succeeded")+es.Effects("sla-breach-email", "unknown")+es.Effects("sla-breach-email", "duplicate") >= enq
 	}); err != nil {
@@ -339,21 +339,6 @@ func (d *demo) rebuild(ctx context.Context, enq int64) error {
 		proj.Topic, rebuilt, rep.Equal, rep.Different, rep.MissingInA+rep.MissingInB)
 	if !rep.Identical() || sink.total() != before || res.Suppressed["sla-breach-email"] != enq {
 		d.mismatch++
-	}
-	return nil
-}
-
-// waitFor polls cond until it holds, the worker stops, or the time is up.
-func waitFor(ctx context.Context, within time.Duration, cond func() bool) error {
-	deadline := time.After(within)
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline:
-			return fmt.Errorf("timed out after %s", within)
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 	return nil
 }

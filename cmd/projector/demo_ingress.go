@@ -19,7 +19,7 @@ import (
 // re-serialised (replayed from the committed receipt) and then sends the
 // same key with another payload (refused).
 func demoIngress(ctx context.Context, stdout io.Writer, a *app.App) error {
-	if err := waitFor(ctx, 30*time.Second, func() bool { ok, _ := a.Ingress.Ready(); return ok }); err != nil {
+	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool { ok, _ := a.Ingress.Ready(); return ok }); err != nil {
 		return fmt.Errorf("waiting for the ingress: %w", err)
 	}
 	url := "http://" + a.Ingress.Addr().String() + "/v1/events"

@@ -205,7 +205,10 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "%s: resolved as %s\n", key, resolved.Status)
 	case errors.Is(err, ops.ErrNotApplied):
 		fmt.Fprintf(stdout, "resolve of %q sent; no executor applied it within %s: it is applied when the executor runs\n", key, *wait)
+	case ctx.Err() != nil:
+		// Stopped while waiting; the resolve is already sent.
+	default:
+		return err // reading the ledger failed
 	}
-	// Otherwise ctx ended while waiting; the resolve is already sent.
 	return nil
 }

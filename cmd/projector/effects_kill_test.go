@@ -23,7 +23,6 @@ import (
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -94,16 +93,8 @@ func TestExecutorKill9(t *testing.T) {
 	}
 	for _, policy := range []string{"retry", "park"} {
 		t.Run(policy, func(t *testing.T) {
-			b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			brokers := []string{b.Addr()}
+			b, brokers := testkit.Broker(t, 2, "events")
 			ctx := context.Background()
-			if err := testkit.CreateTopic(ctx, brokers, "events", 2); err != nil {
-				t.Fatal(err)
-			}
 			rcv := &slowReceiver{requests: map[string]int{}}
 			srv := httptest.NewServer(rcv)
 			defer srv.Close()

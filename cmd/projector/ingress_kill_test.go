@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,7 +20,6 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 const ingressKillConfig = `name: ik
@@ -41,17 +39,6 @@ projections:
     topic: overview.v1
     events: {CaseOpened: merge}
 `
-
-// freePort returns a loopback address nothing listens on (yet).
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // ingressInstance is one `projector run` subprocess with an ingress.
 type ingressInstance struct {
@@ -127,21 +114,13 @@ func TestIngressConcurrentKill(t *testing.T) {
 		keys, _ = strconv.Atoi(v)
 	}
 	const clients = 32
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 4, "events")
 	ctx := context.Background()
-	if err := testkit.CreateTopic(ctx, brokers, "events", 4); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	var inst [2]*ingressInstance
 	for i := range inst {
 		name := fmt.Sprintf("i%d", i)
-		addr := freePort(t)
+		addr := freeAddr(t)
 		cfg := writeConfig(t, fmt.Sprintf(ingressKillConfig, b.Addr(), name, filepath.Join(dir, name), addr))
 		inst[i] = &ingressInstance{name: name, cfg: cfg, addr: addr}
 		inst[i].start(t)

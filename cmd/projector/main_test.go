@@ -14,7 +14,6 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 var binary string
@@ -164,16 +163,8 @@ func TestRunEmbeddedSIGTERM(t *testing.T) {
 // TestRunAgainstBrokerAddress: `projector run --brokers ADDR` processes a
 // stream on an external broker and exits 0 on SIGTERM after it is caught up.
 func TestRunAgainstBrokerAddress(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 4, "events")
 	ctx := context.Background()
-	if err := testkit.CreateTopic(ctx, brokers, "events", 4); err != nil {
-		t.Fatal(err)
-	}
 	o := workload.Defaults()
 	o.Events, o.Aggregates = 5000, 500
 	recs, exp := workload.Generate(o)

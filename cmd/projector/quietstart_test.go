@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -19,12 +18,7 @@ import (
 // group that has not joined are the normal start, not warnings.
 func TestHealthyStartLogsNoWarning(t *testing.T) {
 	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := l.Addr().String()
-	l.Close()
+	listen := freeAddr(t)
 	body := fmt.Sprintf(runConfig, filepath.Join(dir, "broker"), filepath.Join(dir, "state"))
 	body = strings.Replace(body, `http: {listen: "off"}`, fmt.Sprintf("http: {listen: %q}", listen), 1)
 	body += `sideEffects:

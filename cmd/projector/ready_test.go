@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 // httpGet returns the status code and body of GET http://addr/path (0 and
@@ -183,12 +182,7 @@ func metricLine(body, series string) string {
 // ready and the gauge goes to 0.
 func TestReadyzMissingInputRealCluster(t *testing.T) {
 	const topic = "mi-events"
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 4)
 	dir := t.TempDir()
 	httpAddr := freeAddr(t)
 	cfg := writeConfig(t, fmt.Sprintf(missingInputConfig, b.Addr(), topic, filepath.Join(dir, "state"), httpAddr))

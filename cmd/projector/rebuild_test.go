@@ -19,7 +19,6 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 const rebuildTestConfig = `name: cli-rebuild
@@ -45,16 +44,8 @@ sideEffects:
 // CaseEscalated. Calls to the webhook are counted in calls.
 func rebuildSetup(t *testing.T, events int) (brokers []string, cfg, changed string, calls *atomic.Int64) {
 	t.Helper()
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	brokers = []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 4, "events")
 	ctx := context.Background()
-	if err := testkit.CreateTopic(ctx, brokers, "events", 4); err != nil {
-		t.Fatal(err)
-	}
 	o := workload.Defaults()
 	o.Events, o.Aggregates = events, events/10
 	recs, _ := workload.Generate(o)

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
@@ -138,7 +139,7 @@ func Ingress(ctx context.Context, o IngressOptions) (*IngressResult, error) {
 		stop()
 		<-done
 	}()
-	if err := waitFor(ctx, time.Minute, func() bool { ok, _ := a.Ready(); return ok }); err != nil {
+	if err := testkit.WaitFor(ctx, time.Minute, func() bool { ok, _ := a.Ready(); return ok }); err != nil {
 		_, why := a.Ready()
 		return nil, fmt.Errorf("bench ingress: worker not ready (%s): %w", why, err)
 	}
@@ -218,20 +219,4 @@ func ingressRun(ctx context.Context, url, prefix string, c, n int) (IngressRun, 
 		return IngressRun{}, err
 	}
 	return IngressRun{Clients: c, Requests: n, Elapsed: elapsed, P50: percentile(lat, 0.50), P99: percentile(lat, 0.99)}, nil
-}
-
-// waitFor polls cond every 20 ms until it holds or within has passed.
-func waitFor(ctx context.Context, within time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s", within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
 }

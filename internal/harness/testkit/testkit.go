@@ -1,5 +1,6 @@
-// Package testkit holds the checkers shared by projector's integration tests,
-// soak and benchmark: producing a workload, waiting for a consumer group to
+// Package testkit holds the set-up and checkers shared by projector's
+// integration tests, soak, benchmark and demo: starting a test broker,
+// producing a workload, waiting for a condition or for a consumer group to
 // catch up, reading topics read_committed, and Jepsen-style checks of a
 // projection topic against a workload's reference fold.
 package testkit
@@ -19,7 +20,37 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/topicread"
+	"github.com/projector-dev/projector/internal/runtime/broker"
 )
+
+// TB is the part of testing.TB that Broker uses; testkit does not import
+// "testing" because it is linked into `projector bench` too.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
+// Broker starts an in-memory embedded broker on a loopback port, with
+// partitions partitions for auto-created topics, and creates topics with as
+// many each. It closes the broker when the test ends through t.Cleanup: after
+// the test's deferred calls and after every cleanup registered later, such as
+// a worker's. It returns the broker and its address as a seed list.
+func Broker(t TB, partitions int32, topics ...string) (*broker.Embedded, []string) {
+	t.Helper()
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: int(partitions)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	brokers := []string{b.Addr()}
+	for _, topic := range topics {
+		if err := CreateTopic(context.Background(), brokers, topic, partitions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b, brokers
+}
 
 // Produce writes records to topic (key-hash partitioned, like a well-behaved
 // producer), synchronously, in order.
@@ -98,6 +129,22 @@ func WaitCaughtUp(ctx context.Context, brokers []string, group string, topics ..
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// WaitFor polls cond every 50 ms until it holds, ctx ends (ctx.Err()) or
+// within has passed.
+func WaitFor(ctx context.Context, within time.Duration, cond func() bool) error {
+	deadline := time.After(within)
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("timed out after %s", within)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // ReadAll reads every committed record of topic (read_committed), up to the

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,11 +16,7 @@ import (
 // stableEnds returns, per changelog partition that has committed records,
 // the range [start, last stable offset) to read (topicread.StableEnds).
 func stableEnds(ctx context.Context, t Target, topics map[string]string, only map[string][]int32) (map[string]map[int32]topicread.Range, error) {
-	names := make([]string, 0, len(topics))
-	for tp := range topics {
-		names = append(names, tp)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(topics))
 	ends, missing, err := topicread.StableEnds(ctx, t.opts(), names...)
 	if err != nil {
 		return nil, fmt.Errorf("ops: %w", err)
@@ -29,21 +26,12 @@ func stableEnds(ctx context.Context, t Target, topics map[string]string, only ma
 	}
 	for tp, ps := range ends {
 		for p := range ps {
-			if only != nil && !contains(only[topics[tp]], p) {
+			if only != nil && !slices.Contains(only[topics[tp]], p) {
 				delete(ps, p)
 			}
 		}
 	}
 	return ends, nil
-}
-
-func contains(ps []int32, p int32) bool {
-	for _, x := range ps {
-		if x == p {
-			return true
-		}
-	}
-	return false
 }
 
 // consume reads each partition in ends from its start to its end, committed

@@ -32,7 +32,7 @@ func ReadLedger(ctx context.Context, opts []kgo.Opt, name, effectsTopic string) 
 		}
 	})
 	if err != nil && !errors.Is(err, topicread.ErrNoTopic) {
-		return nil, fmt.Errorf("sideeffects: ledger changelog %s: %w", topic, err)
+		return nil, fmt.Errorf("ops: ledger changelog %s: %w", topic, err)
 	}
 	out := make([]effect.Entry, 0, len(latest))
 	for k, v := range latest {
@@ -41,7 +41,7 @@ func ReadLedger(ctx context.Context, opts []kgo.Opt, name, effectsTopic string) 
 		}
 		e, err := effect.DecodeEntry(v)
 		if err != nil {
-			return nil, fmt.Errorf("sideeffects: ledger entry %q: %w", k, err)
+			return nil, fmt.Errorf("ops: ledger entry %q: %w", k, err)
 		}
 		out = append(out, e)
 	}
@@ -55,7 +55,7 @@ func ReadLedger(ctx context.Context, opts []kgo.Opt, name, effectsTopic string) 
 // is applied inside that executor's transaction.
 func SendResolve(ctx context.Context, opts []kgo.Opt, effectsTopic, key string, as effect.Status, note string) error {
 	if as != effect.Succeeded && as != effect.Failed {
-		return fmt.Errorf("sideeffects: resolve as %s: want succeeded or failed", as)
+		return fmt.Errorf("ops: resolve as %s: want succeeded or failed", as)
 	}
 	v, _ := json.Marshal(sideeffects.Command{Op: sideeffects.OpResolve, As: as.String(), Note: note})
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
@@ -66,7 +66,7 @@ func SendResolve(ctx context.Context, opts []kgo.Opt, effectsTopic, key string, 
 	r := &kgo.Record{Topic: effectsTopic, Key: []byte(key), Value: v,
 		Headers: []kgo.RecordHeader{{Key: sideeffects.HeaderCommand, Value: []byte(sideeffects.OpResolve)}}}
 	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("sideeffects: send resolve for %q: %w", key, err)
+		return fmt.Errorf("ops: send resolve for %q: %w", key, err)
 	}
 	return nil
 }

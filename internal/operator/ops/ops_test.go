@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -89,19 +88,11 @@ func event(t *testing.T, id, agg string, v int) (*projection.Event, projection.S
 // transaction on top, and checks that Read sees the last committed value per
 // key: applied versions, held events, drained held events gone.
 func TestReadLastCommittedValue(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	cl := processor.ChangelogTopic("g", "in")
+	_, brokers := testkit.Broker(t, 2, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tgt := Target{Brokers: brokers, Group: "g", Inputs: []string{"in"}}
-	cl := processor.ChangelogTopic("g", "in")
-	if err := testkit.CreateTopic(ctx, brokers, cl, 2); err != nil {
-		t.Fatal(err)
-	}
 	g := &projection.Guard{P: &projection.Projection{Name: "p", Topic: "p.v1", Versioned: true,
 		Handler: projection.Rules{"Set": projection.Merge}}}
 	kv := &memKV{m: map[string][]byte{}}
@@ -194,14 +185,10 @@ func TestReadLastCommittedValue(t *testing.T) {
 // TestReadNoChangelog: a processor that never ran has no changelog; the read
 // says so instead of reporting an empty state.
 func TestReadNoChangelog(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	_, brokers := testkit.Broker(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = Read(ctx, Target{Brokers: []string{b.Addr()}, Group: "g", Inputs: []string{"in"}}, Query{})
+	_, err := Read(ctx, Target{Brokers: brokers, Group: "g", Inputs: []string{"in"}}, Query{})
 	if !errors.Is(err, ErrNoChangelog) || !strings.Contains(err.Error(), "g.in.changelog") {
 		t.Fatalf("err %v, want ErrNoChangelog naming g.in.changelog", err)
 	}
@@ -211,17 +198,9 @@ func TestReadNoChangelog(t *testing.T) {
 // keyed by the aggregate, on the partition asked for or, with -1, where
 // Kafka's default partitioner puts the key.
 func TestSkipGapRecord(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	_, brokers := testkit.Broker(t, 8, "in")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := testkit.CreateTopic(ctx, brokers, "in", 8); err != nil {
-		t.Fatal(err)
-	}
 	// Where a keyed producer puts CASE-9.
 	p, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/broker"
+	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
@@ -36,16 +36,29 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
+	_, brokers := testkit.Broker(t, 4, input)
+	return &fixture{brokers: brokers, dir: t.TempDir(), recv: newReceiver(t)}
+}
+
+// startLive runs the live worker of cfg until the test ends (t.Cleanup:
+// before the fixture's broker and receiver close).
+func startLive(t *testing.T, cfg *config.Config) *app.App {
+	t.Helper()
+	a, err := app.New(cfg, app.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.Close)
-	f := &fixture{brokers: []string{b.Addr()}, dir: t.TempDir(), recv: newReceiver(t)}
-	if err := testkit.CreateTopic(context.Background(), f.brokers, input, 4); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("live worker: %v", err)
+		}
+		a.Close()
+	})
+	return a
 }
 
 const configTemplate = `name: %s

@@ -11,7 +11,6 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/processor"
 )
@@ -81,20 +80,7 @@ func TestRebuildEqualsLiveVersionedAndUnversioned(t *testing.T) {
 	recs, notes := withUnversioned(t, base)
 	produce(t, f.brokers, recs)
 
-	a, err := app.New(cfg, app.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	liveDone := make(chan error, 1)
-	go func() { liveDone <- a.Run(ctx) }()
-	defer func() {
-		stop()
-		if err := <-liveDone; err != nil {
-			t.Errorf("live worker: %v", err)
-		}
-	}()
+	a := startLive(t, cfg)
 	waitCaughtUp(t, f.brokers, liveName)
 
 	for _, c := range []struct{ projection, live, rebuilt string }{

@@ -15,7 +15,6 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/processor"
 )
@@ -45,20 +44,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 	produce(t, f.brokers, phase1)
 
 	// The live worker, with its side-effect executor calling the receiver.
-	a, err := app.New(cfg, app.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	liveDone := make(chan error, 1)
-	go func() { liveDone <- a.Run(ctx) }()
-	defer func() {
-		stop()
-		if err := <-liveDone; err != nil {
-			t.Errorf("live worker: %v", err)
-		}
-	}()
+	a := startLive(t, cfg)
 	liveTook := waitCaughtUp(t, f.brokers, liveName)
 	liveRate := float64(len(phase1)) / liveTook.Seconds()
 

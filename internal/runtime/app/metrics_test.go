@@ -14,7 +14,6 @@ import (
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
@@ -83,16 +82,8 @@ func gauge(t *testing.T, a *app.App, name, labels string) float64 {
 // is false while the state is restored from the changelog and true after,
 // and restore_records_total counts the restored records.
 func TestMetricsAfterKnownStream(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 4, "case-events")
 	ctx := context.Background()
-	if err := testkit.CreateTopic(ctx, brokers, "case-events", 4); err != nil {
-		t.Fatal(err)
-	}
 	o := workload.Defaults()
 	o.Events, o.Aggregates, o.Seed = 20000, 2000, 3
 	recs, exp := workload.Generate(o)

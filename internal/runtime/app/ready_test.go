@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
@@ -70,18 +68,7 @@ func readyz(addr string) (int, string) {
 // and GET /readyz 200 – within a few seconds of starting, and the other two
 // are ready too, each with one partition of each topic.
 func TestReadyIdleThirdInstance(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
-	ctx := context.Background()
-	for _, topic := range []string{"case-events", "rdy.effects"} {
-		if err := testkit.CreateTopic(ctx, brokers, topic, 2); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b, _ := testkit.Broker(t, 2, "case-events", "rdy.effects")
 	type inst struct {
 		id, http string
 		a        *app.App

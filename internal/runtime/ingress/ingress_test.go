@@ -195,15 +195,7 @@ func ingested(t *testing.T, brokers []string) int {
 // TestIngressTable covers every row of the ingress table (docs/ingress.md)
 // against a running worker on the embedded broker over TCP.
 func TestIngressTable(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
-	if err := testkit.CreateTopic(context.Background(), brokers, "events", 2); err != nil {
-		t.Fatal(err)
-	}
+	b, brokers := testkit.Broker(t, 2, "events")
 	var hold atomic.Bool
 	release := make(chan struct{})
 	hooks := &processor.Hooks{AfterStage: func() error {
@@ -433,16 +425,8 @@ func counter(t *testing.T, reg prometheus.Gatherer, code string) float64 {
 // first receipt, so every instance then answers the first payload 200 and
 // the other 409.
 func TestIngressRaceSettledByProcessor(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 2, "events")
 	ctx := context.Background()
-	if err := testkit.CreateTopic(ctx, brokers, "events", 2); err != nil {
-		t.Fatal(err)
-	}
 	id := receipt.EventID("t1", "race", 0)
 	origin, _ := json.Marshal(receipt.Origin{TenantID: "t1", Key: "race", Index: 0, Count: 1})
 	p1 := `{"eventId":"` + id + `","tenantId":"t1","eventType":"CaseOpened","aggregateId":"R-1","aggregateVersion":1,"payload":{"p":1}}`
@@ -499,15 +483,7 @@ func TestIngressRaceSettledByProcessor(t *testing.T) {
 // request waiting for its receipt is answered 202 at once (its event is
 // written; the client polls or retries), and Run returns.
 func TestIngressDrainOnShutdown(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
-	if err := testkit.CreateTopic(context.Background(), brokers, "events", 2); err != nil {
-		t.Fatal(err)
-	}
+	b, brokers := testkit.Broker(t, 2, "events")
 	var hold atomic.Bool
 	release := make(chan struct{})
 	hooks := &processor.Hooks{AfterStage: func() error {
@@ -552,16 +528,8 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 // the processor alone would take the same record for a new event (it writes
 // a second receipt for it), so the receipt check is what keeps it out.
 func TestIngressReceiptOutlivesDedup(t *testing.T) {
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	brokers := []string{b.Addr()}
+	b, brokers := testkit.Broker(t, 2, "events")
 	ctx := context.Background()
-	if err := testkit.CreateTopic(ctx, brokers, "events", 2); err != nil {
-		t.Fatal(err)
-	}
 	w := startWorker(t, b.Addr(), "w1", false, nil, "dedup: {retention: 1s}\n")
 	const body = `{"eventType":"CaseOpened","aggregateId":"E-1","aggregateVersion":1,"payload":{"e":1}}`
 	first := post(t, w.url, "k-e", "", body)
