@@ -29,7 +29,8 @@ type Session struct {
 	ClientOpts      []kgo.Opt
 	DeadLetterTopic string
 	// Partitions is the partition count of the topics the loop creates when
-	// they are missing (default 4). Changelogs always follow their input.
+	// they are missing (the processor defaults it to 4). Changelogs always
+	// follow their input.
 	Partitions int32
 	// Store is the local state: a cache of the changelogs, never ahead of
 	// Kafka (behind-kafka).
@@ -38,7 +39,8 @@ type Session struct {
 	MaxRecordsPerTxn int
 	// MaxRecordBytes is kafka.maxRecordBytes: the largest input accepted and
 	// record produced; the producer's batch limit and created topics'
-	// max.message.bytes are raised above it (0: the client's defaults).
+	// max.message.bytes are raised above it (the processor defaults it to
+	// 1 MiB; 0 in the executor: the client's defaults).
 	MaxRecordBytes     int
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
@@ -50,8 +52,8 @@ type Session struct {
 }
 
 // DefaultTimeouts fills the zero settings that the processor and the
-// executor default alike: the transaction and session timeouts, the
-// logger and the clock. The bounds each user defaults differently (records
+// executor default alike: the transaction and session timeouts, and with
+// them the logger and the clock. The bounds each user defaults differently (records
 // per transaction, record size, partitions) stay with that user.
 func (s *Session) DefaultTimeouts() {
 	if s.TransactionTimeout <= 0 {
