@@ -44,7 +44,7 @@ func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) err
 		if c.Projection != "" && g.P.Name != c.Projection {
 			continue
 		}
-		step, dropped, why, err := p.expireStep(b, ts.task.Prefix, g, c.Aggregate, projection.Skip, 0)
+		step, dropped, why, err := p.expireStep(b, ts, g, c.Aggregate, projection.Skip, 0)
 		if err != nil {
 			return err
 		}

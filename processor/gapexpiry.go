@@ -135,11 +135,11 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		// the aggregate as this transaction sees it (a gap closed or
 		// moved meanwhile is not due), and emitStep records what it
 		// reports (the lagging hooks close a gap closed meanwhile).
-		step, dropped, why, err := p.expireStep(b, ts.task.Prefix, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
+		step, dropped, why, err := p.expireStep(b, ts, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
 		if err != nil {
 			return err
 		}
-		ts.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
+		bs.counts.addN(g.P.Name, "applied", len(step.Changes))
 		p.emitStep(b, ts, g, e.key.aggregate, step)
 		p.deadLetterTooLarge(b, ts, g, dropped, why)
 		if dropped == nil && step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {

@@ -111,7 +111,8 @@ func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging
 // the aggregate's later versions are held behind the missing one) and
 // tooBig says why.
 func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *projection.Event, src projection.Source) (step checkedStep, tooBig string, err error) {
-	kv := staging.New(b.Txn)
+	bs := ts.batchOf(b)
+	kv := bs.stage(b)
 	step.Step, err = g.Offer(kv, ts.task.Prefix, ev, src, b.Now)
 	if err != nil {
 		return step, "", err
@@ -121,7 +122,7 @@ func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *
 		// Held events drained after the offered one, and one of them is
 		// too large: apply the offered event alone, leaving them held (they
 		// wait under the gap policy).
-		kv = staging.New(b.Txn)
+		kv = bs.stage(b)
 		if step.Step, err = g.OfferHoldingBack(kv, ts.task.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
@@ -146,11 +147,12 @@ func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *
 // events and is returned (with why) to be dead-lettered too-large, and the
 // versions after it wait behind it under the gap policy – so an oversized
 // held event can neither abort the transaction nor stop the expiry.
-func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step checkedStep, dropped *projection.Change, why string, err error) {
+func (p *Processor) expireStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step checkedStep, dropped *projection.Change, why string, err error) {
+	bs := ts.batchOf(b)
 	var stop int64
 	for {
-		kv := staging.New(b.Txn)
-		step.Step, err = g.ExpireBefore(kv, prefix, aggregate, pol, b.Now, hold, stop)
+		kv := bs.stage(b)
+		step.Step, err = g.ExpireBefore(kv, ts.task.Prefix, aggregate, pol, b.Now, hold, stop)
 		if err != nil {
 			return step, nil, "", err
 		}
