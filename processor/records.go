@@ -200,12 +200,9 @@ func outcomeLabel(o projection.Outcome) string {
 func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, step checkedStep) {
 	for i, c := range step.Changes {
 		b.Produce(projectionRecord(g.P, c))
-		fx := changeIntents{list: c.Effects} // the handler's; the rules' too, below
-		switch {
-		case step.intents != nil: // built by the size check
-			fx = step.intents[i]
-		case p.cfg.EffectRules != nil:
-			fx = p.intents(g.P, &c)
+		fx := changeIntents{list: c.Effects} // the handler's alone: no rules
+		if step.intents != nil {
+			fx = step.intents[i] // the handler's and the rules', built by the size check
 		}
 		p.emitIntents(b, ts, g.P, c, fx)
 	}
