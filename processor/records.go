@@ -167,11 +167,11 @@ func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, ev *env
 		}
 		bs.counts.add(g.P.Name, outcomeLabel(step.Outcome))
 		rc.Set(g.P.Name, outcomeLabel(step.Outcome))
-		if n := len(step.Changes); step.Outcome == projection.Applied && n > 1 {
-			bs.counts.addN(g.P.Name, "applied", n-1) // drained held events
-		} else if step.Outcome != projection.Applied && n > 0 {
-			bs.counts.addN(g.P.Name, "applied", n)
+		drained := len(step.Changes) // the held events applied after it, counted applied
+		if step.Outcome == projection.Applied {
+			drained-- // the offered event, counted above
 		}
+		bs.counts.addN(g.P.Name, "applied", drained)
 		p.emitStep(b, ts, g, ev.AggregateID, step)
 	}
 	if tooLarge != nil {
