@@ -5,6 +5,7 @@ import (
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/staging"
 )
 
 // batchState is what one task's batch of a transaction keeps until the
@@ -27,6 +28,16 @@ type batchState struct {
 	// marks collects the task's dedup marks into changelog segments; once
 	// committed they enter the task's front cache of recent ids.
 	marks dedup.Marks
+	// kv stages each guard step over the transaction (stage), one step at
+	// a time: reused, so a step allocates no overlay of its own.
+	kv staging.Overlay
+}
+
+// stage returns the batch's staging overlay over its transaction b, empty:
+// the previous step's writes were flushed or are dropped.
+func (bs *batchState) stage(b *eos.Batch) *staging.Overlay {
+	bs.kv.Reset(b.Txn)
+	return &bs.kv
 }
 
 // gapChange is one change of an aggregate's gap (zero since: closed).

@@ -44,13 +44,10 @@ func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) err
 		if c.Projection != "" && g.P.Name != c.Projection {
 			continue
 		}
-		step, dropped, why, err := p.expireStep(b, ts.task.Prefix, g, c.Aggregate, projection.Skip, 0)
+		step, dropped, err := p.resolveGap(b, ts, g, c.Aggregate, projection.Skip, 0) // updates the gap index when events were held
 		if err != nil {
 			return err
 		}
-		ts.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, ts, g, c.Aggregate, step) // updates the gap index when events were held
-		p.deadLetterTooLarge(b, ts, g, dropped, why)
 		skipped += len(step.Changes)
 		if dropped != nil {
 			skipped++

@@ -135,13 +135,10 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 		// the aggregate as this transaction sees it (a gap closed or
 		// moved meanwhile is not due), and emitStep records what it
 		// reports (the lagging hooks close a gap closed meanwhile).
-		step, dropped, why, err := p.expireStep(b, ts.task.Prefix, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
+		step, dropped, err := p.resolveGap(b, ts, g, e.key.aggregate, p.cfg.GapPolicy, p.cfg.HoldTimeout)
 		if err != nil {
 			return err
 		}
-		ts.batchOf(b).counts.addN(g.P.Name, "applied", len(step.Changes))
-		p.emitStep(b, ts, g, e.key.aggregate, step)
-		p.deadLetterTooLarge(b, ts, g, dropped, why)
 		if dropped == nil && step.HeldCount == step.HeldBefore && len(step.Changes)+len(step.Dropped)+len(step.Failures) == 0 {
 			continue // not due
 		}
@@ -151,12 +148,22 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 	return nil
 }
 
-// deadLetterTooLarge dead-letters a held event that a gap expiry left
-// unapplied because its outputs would exceed the record limit (nil: none).
-func (p *Processor) deadLetterTooLarge(b *eos.Batch, ts *taskState, g *projection.Guard, c *projection.Change, why string) {
-	if c == nil {
-		return
+// resolveGap resolves aggregate's gap in g's projection under pol once it
+// is hold old (expireStep) – a timed-out gap, or an operator's skip-gap –
+// and emits the step: the applied held events (counted), the dead letters,
+// the gap-index update, and the too-large dead letter of the held event the
+// skip left unapplied, which it returns (nil: none).
+func (p *Processor) resolveGap(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (checkedStep, *projection.Change, error) {
+	step, dropped, why, err := p.expireStep(b, ts, g, aggregate, pol, hold)
+	if err != nil {
+		return step, nil, err
 	}
-	p.deadLetter(b, ts, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
-	ts.batchOf(b).counts.add(g.P.Name, ReasonTooLarge)
+	bs := ts.batchOf(b)
+	bs.counts.addN(g.P.Name, "applied", len(step.Changes))
+	p.emitStep(b, ts, g, aggregate, step)
+	if c := dropped; c != nil {
+		p.deadLetter(b, ts, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
+		bs.counts.add(g.P.Name, ReasonTooLarge)
+	}
+	return step, dropped, nil
 }

@@ -115,7 +115,13 @@ func BenchmarkProcessEvent(b *testing.B) {
 // through the task's handler without Kafka (eos.NewTaskBatch).
 func directTask(tb testing.TB, st *state.Store, rules EffectRules) (*Processor, *eos.Task, *taskState) {
 	tb.Helper()
-	p, err := New(Config{
+	return directTaskWith(tb, st, func(c *Config) { c.EffectRules = rules })
+}
+
+// directTaskWith is directTask whose configuration set changes.
+func directTaskWith(tb testing.TB, st *state.Store, set func(*Config)) (*Processor, *eos.Task, *taskState) {
+	tb.Helper()
+	cfg := Config{
 		Session: Session{
 			Name: "bench", InstanceID: "b", Brokers: []string{"127.0.0.1:1"}, DeadLetterTopic: "dlq",
 			Store: st,
@@ -124,9 +130,10 @@ func directTask(tb testing.TB, st *state.Store, rules EffectRules) (*Processor, 
 		EffectsTopic: "effects",
 		Projections: []*projection.Projection{{Name: "case-overview", Topic: "case-overview.v1",
 			Handler: projection.Rules{"CaseOpened": projection.Merge, "CaseUpdated": projection.Merge}, Versioned: true}},
-		EffectRules: rules,
-		Dedup:       dedup.NewStore(168 * time.Hour), Mode: Live,
-	})
+		Dedup: dedup.NewStore(168 * time.Hour), Mode: Live,
+	}
+	set(&cfg)
+	p, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func appendMember(b []byte, member, v string) []byte {
 }
 
 // emitIntents produces the side-effect intents of an applied event — the
-// handler's and the configured rules', fx (Processor.intents) — in live
+// handler's and the configured rules', fx (checkedStep.intents) — in live
 // mode, or counts them as suppressed in rebuild mode
 // (docs/design.md#effects-only-from-applied,
 // docs/design.md#no-effects-in-rebuild). Intents are only ever built from

@@ -25,8 +25,5 @@ func (p *Processor) receipt(b *eos.Batch, r *kgo.Record, origin []byte, rc *rece
 	}
 	rc.Origin = o
 	rc.Topic, rc.Partition, rc.Offset = r.Topic, r.Partition, r.Offset
-	if rc.Outcome == "" { // no projection takes this aggregate type
-		rc.Outcome = "filtered"
-	}
 	b.Produce(&kgo.Record{Topic: p.cfg.ReceiptsTopic, Key: []byte(receipt.Key(o.TenantID, o.Key, o.Index)), Value: rc.Encode()})
 }

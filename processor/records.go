@@ -167,11 +167,11 @@ func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, ev *env
 		}
 		bs.counts.add(g.P.Name, outcomeLabel(step.Outcome))
 		rc.Set(g.P.Name, outcomeLabel(step.Outcome))
-		if n := len(step.Changes); step.Outcome == projection.Applied && n > 1 {
-			bs.counts.addN(g.P.Name, "applied", n-1) // drained held events
-		} else if step.Outcome != projection.Applied && n > 0 {
-			bs.counts.addN(g.P.Name, "applied", n)
+		drained := len(step.Changes) // the held events applied after it, counted applied
+		if step.Outcome == projection.Applied {
+			drained-- // the offered event, counted above
 		}
+		bs.counts.addN(g.P.Name, "applied", drained)
 		p.emitStep(b, ts, g, ev.AggregateID, step)
 	}
 	if tooLarge != nil {
@@ -200,12 +200,9 @@ func outcomeLabel(o projection.Outcome) string {
 func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, step checkedStep) {
 	for i, c := range step.Changes {
 		b.Produce(projectionRecord(g.P, c))
-		fx := changeIntents{list: c.Effects} // the handler's; the rules' too, below
-		switch {
-		case step.intents != nil: // built by the size check
-			fx = step.intents[i]
-		case p.cfg.EffectRules != nil:
-			fx = p.intents(g.P, &c)
+		fx := changeIntents{list: c.Effects} // the handler's alone: no rules
+		if step.intents != nil {
+			fx = step.intents[i] // the handler's and the rules', built by the size check
 		}
 		p.emitIntents(b, ts, g.P, c, fx)
 	}

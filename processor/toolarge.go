@@ -25,26 +25,15 @@ const recordOverhead = 64
 type checkedStep struct {
 	projection.Step
 	// intents holds each Change's intents (indexed as Changes); nil when
-	// the check built none (no rules configured, or rebuild mode): then
-	// emitIntents builds them.
+	// no rules are configured: then a Change's intents are its Effects.
 	intents []changeIntents
 }
 
-// changeIntents are an applied Change's side-effect intents, the
-// handler's and the configured rules' (Processor.intents).
+// changeIntents are an applied Change's side-effect intents: the
+// handler's, then the configured rules'.
 type changeIntents struct {
 	list []projection.Intent
 	err  error // the rules failed for some (list holds the others)
-}
-
-// intents returns the side-effect intents of applied Change c of
-// projection pr: the handler's, then the configured rules'.
-func (p *Processor) intents(pr *projection.Projection, c *projection.Change) changeIntents {
-	if p.cfg.EffectRules == nil {
-		return changeIntents{list: c.Effects}
-	}
-	more, err := p.cfg.EffectRules.Intents(pr.Name, c.Event, c.Version)
-	return changeIntents{list: append(c.Effects, more...), err: err}
 }
 
 // tooLarge reports why the step's outputs would exceed the record limit
@@ -73,16 +62,17 @@ func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging
 				return fmt.Sprintf("the projection record of version %d would be %d bytes, over kafka.maxRecordBytes %d", c.Version, n, limit), i
 			}
 		}
-		if p.cfg.Mode == Rebuild {
-			continue
-		}
 		intents := c.Effects
 		if p.cfg.EffectRules != nil {
 			if step.intents == nil {
 				step.intents = make([]changeIntents, len(step.Changes))
 			}
-			step.intents[i] = p.intents(g.P, c)
-			intents = step.intents[i].list
+			more, err := p.cfg.EffectRules.Intents(g.P.Name, c.Event, c.Version)
+			intents = append(c.Effects, more...)
+			step.intents[i] = changeIntents{list: intents, err: err}
+		}
+		if p.cfg.Mode == Rebuild {
+			continue // no intent records: emitIntents counts them suppressed
 		}
 		for _, in := range intents {
 			// The same upper bound first: the value copies the whole event,
@@ -111,7 +101,8 @@ func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging
 // the aggregate's later versions are held behind the missing one) and
 // tooBig says why.
 func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *projection.Event, src projection.Source) (step checkedStep, tooBig string, err error) {
-	kv := staging.New(b.Txn)
+	bs := ts.batchOf(b)
+	kv := bs.stage(b)
 	step.Step, err = g.Offer(kv, ts.task.Prefix, ev, src, b.Now)
 	if err != nil {
 		return step, "", err
@@ -121,7 +112,7 @@ func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *
 		// Held events drained after the offered one, and one of them is
 		// too large: apply the offered event alone, leaving them held (they
 		// wait under the gap policy).
-		kv = staging.New(b.Txn)
+		kv = bs.stage(b)
 		if step.Step, err = g.OfferHoldingBack(kv, ts.task.Prefix, ev, src, b.Now); err != nil {
 			return step, "", err
 		}
@@ -146,11 +137,12 @@ func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *
 // events and is returned (with why) to be dead-lettered too-large, and the
 // versions after it wait behind it under the gap policy – so an oversized
 // held event can neither abort the transaction nor stop the expiry.
-func (p *Processor) expireStep(b *eos.Batch, prefix []byte, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step checkedStep, dropped *projection.Change, why string, err error) {
+func (p *Processor) expireStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step checkedStep, dropped *projection.Change, why string, err error) {
+	bs := ts.batchOf(b)
 	var stop int64
 	for {
-		kv := staging.New(b.Txn)
-		step.Step, err = g.ExpireBefore(kv, prefix, aggregate, pol, b.Now, hold, stop)
+		kv := bs.stage(b)
+		step.Step, err = g.ExpireBefore(kv, ts.task.Prefix, aggregate, pol, b.Now, hold, stop)
 		if err != nil {
 			return step, nil, "", err
 		}

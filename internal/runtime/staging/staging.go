@@ -44,6 +44,14 @@ type Overlay struct {
 // New returns an empty Overlay over base.
 func New(base KV) *Overlay { return &Overlay{base: base} }
 
+// Reset drops the staged writes and sets the base: the Overlay is as New
+// made it, reusing the room of its writes (for a caller that stages one
+// unit of work after another, such as the processor's guard steps).
+func (o *Overlay) Reset(base KV) {
+	o.base = base
+	o.writes = o.writes[:0]
+}
+
 func (o *Overlay) find(key []byte) int {
 	for i := len(o.writes) - 1; i >= 0; i-- {
 		if bytes.Equal(o.writes[i].Key, key) {

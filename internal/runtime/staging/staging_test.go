@@ -76,3 +76,29 @@ func TestOverlay(t *testing.T) {
 		t.Error("writes left after Flush")
 	}
 }
+
+// TestOverlayReset: Reset drops the staged writes (nothing reaches the old
+// base) and reads and flushes go to the new base.
+func TestOverlayReset(t *testing.T) {
+	old, next := mapKV{"a": "1"}, mapKV{"b": "2"}
+	o := New(old)
+	o.Set([]byte("a"), []byte("dropped"))
+	o.Reset(next)
+	if len(o.Writes()) != 0 {
+		t.Error("writes left after Reset")
+	}
+	if _, ok, _ := o.Get([]byte("a")); ok {
+		t.Error("a (old base, dropped write) visible after Reset")
+	}
+	if v, ok, _ := o.Get([]byte("b")); !ok || string(v) != "2" {
+		t.Errorf("Get b = %q %v, want the new base's", v, ok)
+	}
+	o.Set([]byte("c"), []byte("3"))
+	o.Flush()
+	if got, want := scan(t, old, ""), "a=1 "; got != want {
+		t.Errorf("old base = %q, want %q", got, want)
+	}
+	if got, want := scan(t, next, ""), "b=2 c=3 "; got != want {
+		t.Errorf("new base = %q, want %q", got, want)
+	}
+}
