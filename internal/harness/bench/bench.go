@@ -41,6 +41,7 @@ import (
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/runtime/broker"
+	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // Options configure a benchmark. Zero values take the defaults of Defaults.
@@ -88,27 +89,15 @@ func Defaults() Options {
 
 func (o *Options) applyDefaults() {
 	d := Defaults()
-	if o.Events <= 0 {
-		o.Events = d.Events
-	}
+	o.Events = config.OrDefault(o.Events, d.Events)
 	if o.Aggregates <= 0 {
 		o.Aggregates = max(1, min(d.Aggregates, o.Events/10))
 	}
-	if o.Partitions <= 0 {
-		o.Partitions = d.Partitions
-	}
-	if o.Batch <= 0 {
-		o.Batch = d.Batch
-	}
-	if o.Runs <= 0 {
-		o.Runs = d.Runs
-	}
-	if o.Chunk <= 0 {
-		o.Chunk = d.Chunk
-	}
-	if o.FloorRecords <= 0 {
-		o.FloorRecords = d.FloorRecords
-	}
+	o.Partitions = config.OrDefault(o.Partitions, d.Partitions)
+	o.Batch = config.OrDefault(o.Batch, d.Batch)
+	o.Runs = config.OrDefault(o.Runs, d.Runs)
+	o.Chunk = config.OrDefault(o.Chunk, d.Chunk)
+	o.FloorRecords = config.OrDefault(o.FloorRecords, d.FloorRecords)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -384,3 +384,13 @@ func Load(path string) (*Config, error) {
 	}
 	return Parse(data, os.LookupEnv)
 }
+
+// OrDefault is v, or d when v is not positive: how the option structs built
+// from this configuration (and the bench's) take their documented defaults
+// for zero values.
+func OrDefault[T ~int | ~int32 | ~int64](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
+}

@@ -955,3 +955,18 @@ func TestUnitsYAML(t *testing.T) {
 		}
 	}
 }
+
+func TestOrDefault(t *testing.T) {
+	if got := OrDefault(0, 5); got != 5 {
+		t.Errorf("OrDefault(0, 5) = %d", got)
+	}
+	if got := OrDefault(-1, 5); got != 5 {
+		t.Errorf("OrDefault(-1, 5) = %d", got)
+	}
+	if got := OrDefault(3, 5); got != 3 {
+		t.Errorf("OrDefault(3, 5) = %d", got)
+	}
+	if got := OrDefault(time.Duration(0), time.Second); got != time.Second {
+		t.Errorf("OrDefault(0s, 1s) = %s", got)
+	}
+}

@@ -67,21 +67,11 @@ type Config struct {
 }
 
 func (c *Config) applyDefaults() {
-	if c.Timeout <= 0 {
-		c.Timeout = config.DefaultIngressTimeout
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = envelope.DefaultMaxBytes
-	}
-	if c.MaxBatch <= 0 {
-		c.MaxBatch = config.DefaultIngressMaxBatch
-	}
-	if c.MaxRecordBytes <= 0 {
-		c.MaxRecordBytes = envelope.DefaultMaxBytes
-	}
-	if c.Partitions <= 0 {
-		c.Partitions = config.DefaultEmbeddedPartitions
-	}
+	c.Timeout = config.OrDefault(c.Timeout, config.DefaultIngressTimeout)
+	c.MaxBodyBytes = config.OrDefault(c.MaxBodyBytes, envelope.DefaultMaxBytes)
+	c.MaxBatch = config.OrDefault(c.MaxBatch, config.DefaultIngressMaxBatch)
+	c.MaxRecordBytes = config.OrDefault(c.MaxRecordBytes, envelope.DefaultMaxBytes)
+	c.Partitions = config.OrDefault(c.Partitions, config.DefaultEmbeddedPartitions)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
