@@ -176,7 +176,13 @@ type Loop[T TaskHandler] struct {
 	// transaction of a previous owner resolved). joined: the group has
 	// assigned this member its partitions (possibly none) and not lost them.
 	fetched map[state.Task]bool
-	joined  bool
+	// groupCommitted holds the assigned partitions the group has a
+	// committed offset for that this loop has seen: fetched (≥ 0) since the
+	// assignment, or committed by one of its transactions since. Only these
+	// offsets are the group's; kgo's CommittedOffsets also lists
+	// placeholders (see offsetsHeld).
+	groupCommitted map[state.Task]bool
+	joined         bool
 
 	tasks map[state.Task]ownedTask[T] // owned by the loop goroutine
 	stats *Stats
@@ -205,7 +211,8 @@ func New[T TaskHandler](cfg Config, h Handler[T]) *Loop[T] {
 		cfg.Stats = NewStats()
 	}
 	return &Loop[T]{cfg: cfg, h: h, pending: map[state.Task]bool{}, revoked: map[state.Task]bool{},
-		fetched: map[state.Task]bool{}, tasks: map[state.Task]ownedTask[T]{}, stats: cfg.Stats}
+		fetched: map[state.Task]bool{}, groupCommitted: map[state.Task]bool{},
+		tasks: map[state.Task]ownedTask[T]{}, stats: cfg.Stats}
 }
 
 // Wake makes the loop stop waiting for records and check Handler.Due now
