@@ -237,10 +237,13 @@ func (l *Loop[T]) interruptPoll() {
 	l.mu.Unlock()
 }
 
-// Run consumes until ctx is done or a fatal error occurs. On ctx
+// Run consumes until ctx is done or a fatal error occurs (a fencing as a
+// *FencedError, which says whether a twin process did it). On ctx
 // cancellation it finishes the open transaction (or aborts it), leaves the
 // group and returns nil.
 func (l *Loop[T]) Run(ctx context.Context) (err error) {
+	started := time.Now()
+	defer func() { err = l.fenced(err, started) }()
 	l.publishReadiness()
 	if err := l.ensureTopics(ctx); err != nil {
 		return l.stopping(ctx, err)
