@@ -68,7 +68,7 @@ func (l *Loop[T]) fenced(err error, started time.Time) error {
 	}
 	cause := err
 	if u, ok := err.(interface{ Unwrap() []error }); ok {
-		// fatalError's "%w: %v": keep the broker's answer, not ErrFenced.
+		// fatalError's "%w: %w": keep the broker's answer, not ErrFenced.
 		if errs := u.Unwrap(); len(errs) > 0 && errs[0] == ErrFenced {
 			cause = errors.Join(errs[1:]...)
 		}
