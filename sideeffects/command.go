@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -41,24 +42,96 @@ const (
 	OpOutcome = "outcome"
 )
 
-// Valid reports whether c names a known op (command.Decode).
+// Valid reports whether c names a known op (command.Decode); check tells
+// what else is wrong with it.
 func (c *Command) Valid() bool { return c.Op == OpResolve || c.Op == OpOutcome }
+
+// check validates c in full for its op before anything of it is applied,
+// and returns the status it names; the error says what is wrong. now bounds
+// an outcome report's next attempt.
+func (c *Command) check(now time.Time) (effect.Status, error) {
+	what := map[string]string{OpResolve: "resolve command", OpOutcome: "outcome report"}[c.Op]
+	as, err := effect.ParseStatus(c.As)
+	if err != nil {
+		return 0, fmt.Errorf("sideeffects: %s: as %q is not a status (pending, in-flight, succeeded, failed, unknown)", what, c.As)
+	}
+	switch c.Op {
+	case OpResolve:
+		switch {
+		case as != effect.Succeeded && as != effect.Failed:
+			err = fmt.Errorf("as must be succeeded or failed, got %s", as)
+		case c.Attempt != 0 || c.Result != nil || !c.Next.IsZero():
+			err = errors.New("attempt, result and next belong to an outcome report")
+		}
+	case OpOutcome:
+		err = c.checkOutcome(as, now)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sideeffects: %s: %w", what, err)
+	}
+	return as, nil
+}
+
+// checkOutcome validates an outcome report as the Runner makes it
+// (Runner.outcome): attempt n ≥ 1, its result, a status that an outcome
+// leads to, and a next attempt only for a retry, no further away than the
+// longest backoff.
+func (c *Command) checkOutcome(as effect.Status, now time.Time) error {
+	res := c.Result
+	switch {
+	case as == effect.InFlight:
+		return fmt.Errorf("as %s is not an outcome (succeeded, failed, pending or unknown)", as)
+	case c.Attempt < 1:
+		return fmt.Errorf("attempt must be 1 or more, got %d", c.Attempt)
+	case res == nil:
+		return errors.New("result is missing")
+	case c.Note != "":
+		return errors.New("note belongs to a resolve command")
+	case res.N != 0 && res.N != c.Attempt:
+		return fmt.Errorf("result.n %d is not attempt %d", res.N, c.Attempt)
+	case res.Duration < 0:
+		return fmt.Errorf("result.duration %s is negative", res.Duration)
+	case res.StatusCode != 0 && (res.StatusCode < 100 || res.StatusCode > 599):
+		return fmt.Errorf("result.statusCode %d is not an HTTP status", res.StatusCode)
+	case res.Outcome != 0 && !leadsTo(res.Outcome, as):
+		return fmt.Errorf("result.outcome %s does not lead to %s", res.Outcome, as)
+	case as.Terminal() && !c.Next.IsZero():
+		return fmt.Errorf("next is set for the final status %s", as)
+	case c.Next.After(now.Add(BackoffCap + DeadlineMargin)):
+		return fmt.Errorf("next %s is further away than the longest backoff (%s)", c.Next.Format(time.RFC3339), BackoffCap)
+	}
+	return nil
+}
+
+// leadsTo reports whether a call's outcome o may move an entry to status as
+// (Runner.outcome): a retryable outcome also fails a key out of attempts.
+func leadsTo(o effect.Outcome, as effect.Status) bool {
+	switch o {
+	case effect.OutcomeSucceeded:
+		return as == effect.Succeeded
+	case effect.OutcomeFailed:
+		return as == effect.Failed
+	case effect.OutcomeRetryable:
+		return as == effect.Pending || as == effect.Failed
+	case effect.OutcomeUnknown:
+		return as == effect.Unknown
+	}
+	return false
+}
 
 // applyCommand applies a command record inside the transaction: an
 // operator's resolve, or another Runner's outcome report (settleReport). A
-// command that cannot apply is dead-lettered with the reason, so the
-// operator sees why.
+// command that is not valid, or that the ledger refuses, is dead-lettered
+// with the reason, so the operator sees why (refuse).
 func (w *Worker) applyCommand(b *eos.Batch, wt *workerTask, r *kgo.Record) error {
 	t := wt.task
 	var c Command
 	if err := command.Decode(r.Value, &c); err != nil {
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
-		return nil
+		return wt.refuse(b, r, "", err)
 	}
-	as, err := effect.ParseStatus(c.As)
+	as, err := c.check(b.Now)
 	if err != nil {
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
-		return nil
+		return wt.refuse(b, r, "", err)
 	}
 	if c.Op == OpOutcome {
 		return w.settleReport(b, wt, r, c, as)
@@ -67,8 +140,7 @@ func (w *Worker) applyCommand(b *eos.Batch, wt *workerTask, r *kgo.Record) error
 	e, err := effect.NewLedger(ov, t.Prefix).Resolve(string(r.Key), as, c.Note, b.Now)
 	if err != nil {
 		// Not unknown (or no such key): the command is refused, recorded.
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, "resolve refused: "+err.Error())
-		return nil
+		return wt.refuse(b, r, "resolve refused: ", err)
 	}
 	ov.Flush()
 	b.OnCommit(func() {
@@ -81,21 +153,23 @@ func (w *Worker) applyCommand(b *eos.Batch, wt *workerTask, r *kgo.Record) error
 // settleReport records the outcome another Runner reported for attempt
 // c.Attempt of a key (see Command). A report the ledger has moved past – the
 // outcome was recorded already, or the key was tried again – changes
-// nothing: the attempt it describes is no longer the open one.
+// nothing: the attempt it describes is no longer the open one; it is
+// counted ("stale-report") and logged. A report of a key the ledger does not
+// hold, or of an attempt it never started, cannot have come from a Runner:
+// it is dead-lettered.
 func (w *Worker) settleReport(b *eos.Batch, wt *workerTask, r *kgo.Record, c Command, as effect.Status) error {
 	t := wt.task
-	if c.Result == nil || c.Attempt < 1 {
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, "outcome report without attempt or result")
-		return nil
-	}
 	ov := staging.New(b.Txn)
 	e, err := effect.NewLedger(ov, t.Prefix).Settle(string(r.Key), c.Attempt, *c.Result, as, c.Next)
 	switch {
-	case errors.Is(err, effect.ErrIllegalTransition) || errors.Is(err, effect.ErrNotFound):
-		w.cfg.Logger.Debug("outcome report no longer applies", "key", string(r.Key), "attempt", c.Attempt, "err", err)
+	case errors.Is(err, effect.ErrIllegalTransition) && c.Attempt <= e.Attempts:
+		b.OnCommit(func() {
+			w.stats.add(e.Effect, "stale-report")
+			w.cfg.Logger.Info("outcome report no longer applies: the ledger has moved on", "key", e.Key, "attempt", c.Attempt, "err", err)
+		})
 		return nil
 	case err != nil:
-		return err
+		return wt.refuse(b, r, "outcome report refused: ", err)
 	}
 	ov.Flush()
 	runner := wt.runner
@@ -106,6 +180,20 @@ func (w *Worker) settleReport(b *eos.Batch, wt *workerTask, r *kgo.Record, c Com
 			runner.Enqueue(e.Key) // a retry it scheduled re-reads the entry
 		}
 	})
+	return nil
+}
+
+// refuse dead-letters record r (invalid:value) with why and err, unless err
+// says that the ledger could not read or write its own state
+// (effect.StoreFailed): that error it returns, and it stops the loop. So a
+// record – intent, command or report – can stop the executor only through a
+// failure of its store, never through its content
+// (docs/design.md#nothing-dropped-silently).
+func (wt *workerTask) refuse(b *eos.Batch, r *kgo.Record, why string, err error) error {
+	if effect.StoreFailed(err) {
+		return err
+	}
+	b.DeadLetter(wt.task.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, why+err.Error())
 	return nil
 }
 

@@ -70,6 +70,12 @@
 //     transaction, as long as the ledger still waits for that attempt. If the
 //     report is lost, unknown-never-guessed applies: the key is retried with
 //     the same idempotency key after the attempt's deadline.
+//   - nothing-dropped-silently: every record of the effects topic – intent,
+//     command or outcome report – is applied, or dead-lettered invalid:value
+//     with the reason when it is malformed (a command is validated in full
+//     before anything of it is applied) or the ledger refuses it. Only a
+//     failure of the ledger's own store (effect.StoreFailed) stops the loop;
+//     no content of a record can (workerTask.refuse).
 //
 // Rebuild mode (docs/design.md#no-effects-in-rebuild) is the caller's
 // concern: in rebuild the processor produces no intents and no Worker runs.

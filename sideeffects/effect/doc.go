@@ -41,4 +41,9 @@
 //   - outcome-survives-revoke: the ledger's half of it. Settle records the
 //     outcome of attempt n handed over by another Runner only while the entry
 //     still waits for exactly that attempt.
+//   - nothing-dropped-silently: the ledger's half of it. Every error of a
+//     ledger operation is a refusal (ErrInvalid, ErrBadIntent,
+//     ErrIllegalTransition, ErrNotFound) or a failure of its own state
+//     (ErrStore, ErrCorrupt: StoreFailed), so that a loop can dead-letter the
+//     record behind a refused operation and stop only when its store fails.
 package effect

@@ -173,8 +173,8 @@ func TestLedgerSettle(t *testing.T) {
 	wantIllegal(t, "settle pending", err)
 	_, err = l.Settle("moved-on", 3, ok, effect.Succeeded, time.Time{})
 	wantIllegal(t, "settle a future attempt", err)
-	if _, err = l.Settle("moved-on", 2, ok, effect.InFlight, time.Time{}); err == nil || errors.Is(err, effect.ErrIllegalTransition) {
-		t.Fatalf("settle as in-flight: %v", err)
+	if _, err = l.Settle("moved-on", 2, ok, effect.InFlight, time.Time{}); !errors.Is(err, effect.ErrInvalid) {
+		t.Fatalf("settle as in-flight: %v, want ErrInvalid", err)
 	}
 	if _, err = l.Settle("nope", 1, ok, effect.Succeeded, time.Time{}); !errors.Is(err, effect.ErrNotFound) {
 		t.Fatalf("settle a missing key: %v", err)
@@ -308,3 +308,63 @@ func TestLedgerOverStateTxn(t *testing.T) {
 		t.Fatalf("list unknown %v", es)
 	}
 }
+
+// failingKV is a KV whose reads fail, as Pebble's may.
+type failingKV struct {
+	effect.KV
+	err error
+}
+
+func (f failingKV) Get([]byte) ([]byte, bool, error)                 { return nil, false, f.err }
+func (f failingKV) Scan([]byte, func(key, value []byte) error) error { return f.err }
+
+// Every ledger error is either a refusal (the arguments are wrong, or the
+// operation does not apply to the entry as it is) or a failure of the
+// ledger's own state (StoreFailed): a loop applying a record's operation
+// dead-letters the record for the first and stops only for the second.
+func TestLedgerErrorKinds(t *testing.T) {
+	boom := errors.New("pebble: i/o error")
+	broken := effect.NewLedger(failingKV{KV: sideeffectstest.NewMemKV(), err: boom}, nil)
+	kv := sideeffectstest.NewMemKV()
+	l := effect.NewLedger(kv, nil)
+	l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	kv.Set(effect.EntryKey(nil, "garbled"), []byte{effect.FormatV1, '{'})
+	_, _, offerErr := broken.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	_, listErr := broken.List(0)
+	_, recoverErr := broken.Recover(t0)
+	_, corruptErr := l.Start("garbled", t0)
+	_, scanCorrupt := l.List(0)
+	fnErr := errors.New("stop here")
+	clean := effect.NewLedger(sideeffectstest.NewMemKV(), nil)
+	clean.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	for _, tc := range []struct {
+		name  string
+		err   error
+		store bool
+		is    error
+	}{
+		{"read fails (Offer)", offerErr, true, effect.ErrStore},
+		{"scan fails (List)", listErr, true, effect.ErrStore},
+		{"scan fails (Recover)", recoverErr, true, effect.ErrStore},
+		{"stored entry corrupt (Start)", corruptErr, true, effect.ErrCorrupt},
+		{"stored entry corrupt (List)", scanCorrupt, true, effect.ErrCorrupt},
+		{"scan callback's own error", clean.Scan(func(effect.Entry) error { return fnErr }), false, fnErr},
+		{"settle as in-flight", second(l.Settle("k", 1, effect.Attempt{}, effect.InFlight, time.Time{})), false, effect.ErrInvalid},
+		{"record as in-flight", second(l.Record("k", effect.Attempt{}, effect.InFlight, time.Time{})), false, effect.ErrInvalid},
+		{"resolve as pending", second(l.Resolve("k", effect.Pending, "", t0)), false, effect.ErrInvalid},
+		{"intent without effect", third(l.Offer(effect.Intent{Key: "x"}, t0)), false, effect.ErrBadIntent},
+		{"no such key", second(l.Start("nope", t0)), false, effect.ErrNotFound},
+		{"not from this status", second(l.Resolve("k", effect.Failed, "", t0)), false, effect.ErrIllegalTransition},
+	} {
+		if !errors.Is(tc.err, tc.is) || effect.StoreFailed(tc.err) != tc.store {
+			t.Errorf("%s: %v: want %v, StoreFailed %v", tc.name, tc.err, tc.is, tc.store)
+		}
+	}
+	if !errors.Is(offerErr, boom) {
+		t.Errorf("the store's error is lost: %v", offerErr)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func third[T, U any](_ T, _ U, err error) error { return err }
