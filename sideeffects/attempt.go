@@ -28,7 +28,7 @@ func (r *Runner) runnable(e effect.Entry) (time.Time, bool) {
 			// that stopped from one that goes on): not before it is over.
 			due := e.NextAttempt
 			if n := len(e.History); n > 0 {
-				if d := e.History[n-1].Start.Add(eff.Timeout + DeadlineMargin); d.After(due) {
+				if d := callOver(eff, e.History[n-1]).Add(DeadlineMargin); d.After(due) {
 					due = d
 				}
 			}
@@ -36,6 +36,20 @@ func (r *Runner) runnable(e effect.Entry) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// callOver is when attempt a's call has been cancelled at the latest: the
+// later of the deadline its Runner recorded when it started it and the one
+// this Runner's configuration gives (its start plus the effect's timeout).
+// The recorded one is what the call ran under, whatever the configuration
+// is now (a rolling restart may have lowered the timeout); an attempt of an
+// older version recorded none.
+func callOver(eff Effect, a effect.Attempt) time.Time {
+	d := a.Start.Add(eff.Timeout)
+	if a.Deadline.After(d) {
+		d = a.Deadline
+	}
+	return d
 }
 
 // process runs one attempt of key, if the ledger says it is due.
@@ -78,7 +92,7 @@ func (r *Runner) process(ctx context.Context, key string) error {
 			later = due
 			return nil
 		}
-		e, err = l.Start(key, now)
+		e, err = l.StartUntil(key, now, now.Add(r.cfg.Effects[cur.Effect].Timeout))
 		start = err == nil
 		return err
 	})
@@ -102,7 +116,7 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	// rather than manufacture an unknown outcome. It is bounded by the
 	// attempt's deadline, which is what a Runner elsewhere waits for before
 	// it retries an unknown outcome of this attempt.
-	deadline := e.History[len(e.History)-1].Start.Add(eff.Timeout)
+	deadline := e.History[len(e.History)-1].Deadline
 	callCtx, cancelCall := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(r.cfg.Now()))
 	res := eff.Caller.Call(callCtx, in, e.Intent)
 	cancelCall()

@@ -42,12 +42,14 @@
 //     Idempotency-Key) or parked until an operator resolves it
 //     (Ledger.Resolve, "projector effects resolve"). It is never marked failed
 //     or succeeded by the executor on its own, not even when maxAttempts is
-//     exhausted: it then stays unknown for the operator. A retry happens no
-//     sooner than the unknown attempt's deadline (its start plus the effect's
-//     timeout, plus DeadlineMargin for clock skew), and every call is
-//     cancelled at its deadline: the call it retries, made by whichever
-//     instance, has been given up by then, so a receiver is never sent a
-//     second request for a key while the first may be open
+//     exhausted: it then stays unknown for the operator. Every call is
+//     cancelled at its attempt's deadline, which the ledger records when the
+//     attempt starts (effect.Attempt.Deadline), and a retry happens no
+//     sooner than that deadline – or, the later, the attempt's start plus
+//     the effect's timeout as configured now – plus DeadlineMargin for clock
+//     skew: the call it retries, made by whichever instance under whatever
+//     configuration, has been given up by then, so a receiver is never sent
+//     a second request for a key while the first may be open
 //     (docs/contract.md#side-effect-webhook).
 //   - ledger-is-authority: the ledger is the only authority. The Runner's
 //     in-memory schedule is a hint; every execution decision is re-read from

@@ -21,9 +21,9 @@ import (
 //  0. Hold the key's slot in Calls, waiting while another Runner of this
 //     process still has a call for it; if that Runner handed its outcome
 //     over, record it (Ledger.Settle) and stop here.
-//  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
-//  2. Only then call the effect, until the attempt's deadline (its start
-//     plus Effect.Timeout).
+//  1. Update: re-read the entry; if it is due, start it (→ in-flight), with
+//     its deadline (its start plus Effect.Timeout) recorded. Commit.
+//  2. Only then call the effect, until the attempt's recorded deadline.
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
 //     unknown). Commit. If that fails (the partition was revoked), hand the
 //     outcome over through Calls to the key's next Runner in this process.
@@ -31,7 +31,8 @@ import (
 //
 // A crash between 1 and 3 leaves the entry in-flight; the next Run begins
 // with Ledger.Recover, which turns it into unknown. An unknown entry is
-// retried no sooner than its last attempt's deadline plus DeadlineMargin, so
+// retried no sooner than its last attempt's deadline (the later of the
+// recorded one and what the configuration gives now) plus DeadlineMargin, so
 // that a call another instance may still be making has ended first; within
 // one process, Calls keeps Runners from overlapping whatever the clock says.
 //

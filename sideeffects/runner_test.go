@@ -489,3 +489,93 @@ func TestRunnerConfig(t *testing.T) {
 		t.Fatal("second Run accepted")
 	}
 }
+
+// fakeClock is a Runner's injected clock, moved by the test.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// TestUnknownWaitsForRecordedDeadline: an instance whose webhook timeout
+// was 30 s started attempt 1 of a key and stopped (a rolling restart that
+// lowers the timeout to 5 s); the next owner recovers the attempt as
+// unknown. Its call may run until the deadline the ledger recorded for it,
+// start + 30 s, so the retry waits for the later of that and the current
+// rule, plus DeadlineMargin – on the injected clock – and an attempt of an
+// older version, with no recorded deadline, falls back to the current rule
+// (docs/design.md#one-call-in-flight-per-key).
+func TestUnknownWaitsForRecordedDeadline(t *testing.T) {
+	const timeout = 5 * time.Second
+	for _, tc := range []struct {
+		name     string
+		recorded time.Duration // 0: none recorded
+		due      time.Duration // after the start
+	}{
+		{name: "recorded start+30s, timeout now 5s", recorded: 30 * time.Second, due: 30*time.Second + DeadlineMargin},
+		{name: "recorded start+2s, timeout now 5s", recorded: 2 * time.Second, due: timeout + DeadlineMargin},
+		{name: "none recorded", due: timeout + DeadlineMargin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := sideeffectstest.NewMemStore()
+			if err := store.Update(func(l *effect.Ledger) error {
+				l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+				var deadline time.Time
+				if tc.recorded > 0 {
+					deadline = t0.Add(tc.recorded)
+				}
+				if _, err := l.StartUntil("k", t0, deadline); err != nil {
+					return err
+				}
+				_, err := l.Recover(t0.Add(time.Second))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			clock := &fakeClock{}
+			var calls atomic.Int32
+			probe := callerFunc(func(context.Context, effect.Intent, []byte) effect.Result {
+				calls.Add(1)
+				return effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 200}
+			})
+			r, err := NewRunner(RunnerConfig{Store: store, Now: clock.Now, Backoff: quickBackoff,
+				Effects: map[string]Effect{"fx": {Caller: probe, Timeout: timeout, OnUnknown: config.OnUnknownRetry}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, at := range []time.Duration{timeout + DeadlineMargin, 10 * time.Second, 30 * time.Second, tc.due - time.Nanosecond} {
+				if at >= tc.due {
+					continue
+				}
+				clock.Set(t0.Add(at))
+				if err := r.process(context.Background(), "k"); err != nil {
+					t.Fatal(err)
+				}
+				if n := calls.Load(); n != 0 {
+					t.Fatalf("retried at start+%s, before start+%s", at, tc.due)
+				}
+				if e := entry(t, store, "k"); e.Status != effect.Unknown || e.Attempts != 1 {
+					t.Fatalf("at start+%s: entry %v after %d attempts", at, e.Status, e.Attempts)
+				}
+			}
+			clock.Set(t0.Add(tc.due))
+			if err := r.process(context.Background(), "k"); err != nil {
+				t.Fatal(err)
+			}
+			if e := entry(t, store, "k"); calls.Load() != 1 || e.Status != effect.Succeeded || e.Attempts != 2 {
+				t.Fatalf("at start+%s: %d calls, entry %v after %d attempts; want the retry", tc.due, calls.Load(), e.Status, e.Attempts)
+			}
+		})
+	}
+}

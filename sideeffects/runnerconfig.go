@@ -43,16 +43,18 @@ type Effect struct {
 	MaxAttempts int
 	// OnUnknown is effect.OnUnknownRetry (default) or effect.OnUnknownPark.
 	OnUnknown string
-	// Timeout bounds one call: the Runner cancels it at the attempt's start
-	// (as recorded in the ledger) plus Timeout, and retries an unknown
-	// outcome no sooner than that deadline plus DeadlineMargin. Zero takes
+	// Timeout bounds one call: the Runner records the attempt's deadline,
+	// its start plus Timeout, in the ledger, cancels the call then, and
+	// retries an unknown outcome no sooner than the later of the recorded
+	// deadline and the start plus the Timeout it has now, plus
+	// DeadlineMargin. Zero takes
 	// the caller's own timeout if it is a *webhook.Client with one, else
 	// webhook.DefaultTimeout.
 	Timeout time.Duration
 }
 
-// DeadlineMargin is added to an attempt's deadline (its start plus the
-// effect's Timeout) before its unknown outcome may be retried. The start was
+// DeadlineMargin is added to an attempt's deadline (see Effect.Timeout)
+// before its unknown outcome may be retried. The deadline was
 // read from the clock of the instance that made the call, and the retry is
 // decided by another instance's clock after a rebalance or a crash; hosts
 // kept by NTP agree to within milliseconds, so a second covers their skew,

@@ -189,8 +189,16 @@ func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) 
 // caller must commit this durably before it calls the effect
 // (docs/design.md#in-flight-before-call).
 // Whether the entry is due, and whether an unknown entry may be retried, is
-// the caller's policy (the sideeffects Runner's).
+// the caller's policy (the sideeffects Runner's). Start records no
+// deadline; StartUntil does.
 func (l *Ledger) Start(key string, now time.Time) (Entry, error) {
+	return l.StartUntil(key, now, time.Time{})
+}
+
+// StartUntil is Start, recording in the attempt the deadline by which its
+// call will have been cancelled: what another Runner waits for before it
+// retries the attempt's unknown outcome (docs/design.md#one-call-in-flight-per-key).
+func (l *Ledger) StartUntil(key string, now, deadline time.Time) (Entry, error) {
 	e, err := l.mustGet(key)
 	if err != nil {
 		return Entry{}, err
@@ -201,7 +209,7 @@ func (l *Ledger) Start(key string, now time.Time) (Entry, error) {
 	e.Status = InFlight
 	e.Attempts++
 	e.NextAttempt = time.Time{}
-	e.History = append(e.History, Attempt{N: e.Attempts, Start: now})
+	e.History = append(e.History, Attempt{N: e.Attempts, Start: now, Deadline: deadline})
 	if len(e.History) > MaxHistory {
 		e.History = append(e.History[:0:0], e.History[len(e.History)-MaxHistory:]...)
 	}

@@ -368,3 +368,30 @@ func TestLedgerErrorKinds(t *testing.T) {
 func second[T any](_ T, err error) error { return err }
 
 func third[T, U any](_ T, _ U, err error) error { return err }
+
+// StartUntil records the attempt's deadline; an entry stored before there
+// was one (no "deadline" member) decodes with a zero deadline, and a zero
+// deadline is not stored.
+func TestLedgerAttemptDeadline(t *testing.T) {
+	kv := sideeffectstest.NewMemKV()
+	l := effect.NewLedger(kv, nil)
+	l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	deadline := t0.Add(30 * time.Second)
+	e, err := l.StartUntil("k", t0, deadline)
+	if err != nil || !e.History[0].Deadline.Equal(deadline) {
+		t.Fatalf("start: %+v %v", e.History, err)
+	}
+	if e, err = l.Record("k", effect.Attempt{StatusCode: 503}, effect.Pending, t0); err != nil || !e.History[0].Deadline.Equal(deadline) {
+		t.Fatalf("the outcome lost the deadline: %+v %v", e.History, err)
+	}
+	old := `{"key":"old","effect":"fx","status":"unknown","attempts":1,"history":[{"n":1,"start":"2026-06-28T10:00:00Z","outcome":"unknown"}],"created":"2026-06-28T10:00:00Z","updated":"2026-06-28T10:00:00Z","intent":{}}`
+	kv.Set(effect.EntryKey(nil, "old"), append([]byte{effect.FormatV1}, old...))
+	if e, ok, err := l.Get("old"); err != nil || !ok || !e.History[0].Deadline.IsZero() || !e.History[0].Start.Equal(t0) {
+		t.Fatalf("old entry: %+v %v %v", e, ok, err)
+	}
+	l.Start("old", t0)
+	raw, _, _ := kv.Get(effect.EntryKey(nil, "old"))
+	if bytes.Contains(raw, []byte(`"deadline"`)) {
+		t.Fatalf("a zero deadline is stored: %s", raw)
+	}
+}

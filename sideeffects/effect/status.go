@@ -66,6 +66,11 @@ func (s *Status) UnmarshalText(b []byte) error {
 type Attempt struct {
 	N     int       `json:"n"` // 1-based
 	Start time.Time `json:"start"`
+	// Deadline is when the attempt's call is cancelled at the latest, as
+	// the Runner that started it decided (StartUntil): whoever retries an
+	// unknown outcome of it waits for it. Zero in entries written before
+	// it was recorded.
+	Deadline time.Time `json:"deadline,omitzero"`
 	// Duration is zero while the attempt is in flight.
 	Duration   time.Duration `json:"duration,omitempty"`
 	Outcome    Outcome       `json:"outcome,omitempty"` // zero while in flight
