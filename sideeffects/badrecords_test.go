@@ -102,11 +102,27 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		{name: "resolve as pending", key: "idle", command: true,
 			value: `{"op":"resolve","as":"pending"}`, why: "as must be succeeded or failed, got pending"},
 		{name: "resolve with an attempt", key: "idle", command: true,
-			value: `{"op":"resolve","as":"succeeded","attempt":1}`, why: "belong to an outcome report"},
+			value: `{"op":"resolve","as":"succeeded","attempt":1}`, why: "belong to an executor's report"},
 		{name: "resolve of a pending key", key: "idle", command: true,
 			value: `{"op":"resolve","as":"failed","note":"no"}`, why: "resolve is not allowed from pending"},
 		{name: "resolve of a key the ledger does not hold", key: "nobody", command: true,
 			value: `{"op":"resolve","as":"failed"}`, why: "no ledger entry"},
+		{name: "outcome with a start", key: "idle", command: true,
+			value: `{"op":"outcome","as":"failed","attempt":1,"result":{},"start":"2026-01-01T00:00:00Z"}`, why: "start belongs to a withdrawal report"},
+		{name: "withdrawal without start", key: "idle", command: true,
+			value: `{"op":"withdraw","attempt":1}`, why: "withdrawal report: start is missing"},
+		{name: "withdrawal without attempt", key: "idle", command: true,
+			value: `{"op":"withdraw","start":"2026-01-01T00:00:00Z"}`, why: "attempt must be 1 or more, got 0"},
+		{name: "withdrawal with a result", key: "idle", command: true,
+			value: `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z","result":{}}`, why: "result and note belong to other commands"},
+		{name: "withdrawal as failed", key: "idle", command: true,
+			value: `{"op":"withdraw","as":"failed","attempt":1,"start":"2026-01-01T00:00:00Z"}`, why: "a withdrawn attempt leaves its key pending"},
+		{name: "withdrawal due in a thousand years", key: "idle", command: true,
+			value: `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z","next":"2999-01-01T00:00:00Z"}`, why: "further away than the longest backoff"},
+		{name: "withdrawal of a key the ledger does not hold", key: "nobody", command: true,
+			value: `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z"}`, why: "no ledger entry"},
+		{name: "withdrawal of an attempt never started", key: "idle", command: true,
+			value: `{"op":"withdraw","attempt":2,"start":"2026-01-01T00:00:00Z"}`, why: "withdraw attempt 2 started 2026-01-01T00:00:00Z (the last is 0)"},
 		{name: "unknown op", key: "idle", command: true, value: `{"op":"explode"}`, why: "no op this topic takes"},
 		{name: "truncated command", key: "idle", command: true, value: `{"op":"outcome","as":`, why: "unexpected end of JSON input"},
 		{name: "attempt of the wrong type", key: "idle", command: true,
@@ -200,12 +216,13 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 	if n := w.Stats().Effects("fx", "succeeded"); n != 1 {
 		t.Errorf("%d keys succeeded, want 1 (k-valid)", n)
 	}
-	// A well-formed report of an attempt whose outcome the ledger has
-	// recorded already is stale, not bad: counted, not dead-lettered.
+	// Well-formed reports of an attempt whose outcome the ledger has
+	// recorded already are stale, not bad: counted, not dead-lettered.
 	produce("k-valid", true, `{"op":"outcome","as":"failed","attempt":1,"result":{"statusCode":500}}`)
-	waitFor(t, time.Minute, "the stale report", func() bool {
+	produce("k-valid", true, `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z"}`)
+	waitFor(t, time.Minute, "the stale reports", func() bool {
 		exited()
-		return w.Stats().Effects("fx", "stale-report") == 1
+		return w.Stats().Effects("fx", "stale-report") == 2
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()

@@ -26,31 +26,43 @@ const HeaderCommand = command.Header
 // an operator's (As, Note); op "outcome" is an executor's report of a call
 // it made but could no longer record because its partition was revoked
 // (Attempt, Result, As, Next): the new owner records it (Ledger.Settle)
-// instead of calling the key again once the attempt's deadline passed.
+// instead of calling the key again once the attempt's deadline passed; op
+// "withdraw" is an executor's report of an attempt it started but did not
+// call, and could no longer record withdrawn (Attempt, Start, Next): the new
+// owner withdraws it (Ledger.Withdraw) instead of taking it for an unknown
+// outcome.
 type Command struct {
-	Op      string          `json:"op"` // "resolve" | "outcome"
-	As      string          `json:"as"` // succeeded | failed (| pending | unknown for an outcome)
+	Op      string          `json:"op"`           // "resolve" | "outcome" | "withdraw"
+	As      string          `json:"as,omitempty"` // succeeded | failed (| pending | unknown for an outcome)
 	Note    string          `json:"note,omitempty"`
 	Attempt int             `json:"attempt,omitempty"`
 	Result  *effect.Attempt `json:"result,omitempty"`
+	Start   time.Time       `json:"start,omitzero"` // of the withdrawn attempt
 	Next    time.Time       `json:"next,omitzero"`
 }
 
 // Command ops.
 const (
-	OpResolve = "resolve"
-	OpOutcome = "outcome"
+	OpResolve  = "resolve"
+	OpOutcome  = "outcome"
+	OpWithdraw = "withdraw"
 )
 
 // Valid reports whether c names a known op (command.Decode); check tells
 // what else is wrong with it.
-func (c *Command) Valid() bool { return c.Op == OpResolve || c.Op == OpOutcome }
+func (c *Command) Valid() bool { return c.Op == OpResolve || c.Op == OpOutcome || c.Op == OpWithdraw }
 
 // check validates c in full for its op before anything of it is applied,
 // and returns the status it names; the error says what is wrong. now bounds
 // an outcome report's next attempt.
 func (c *Command) check(now time.Time) (effect.Status, error) {
-	what := map[string]string{OpResolve: "resolve command", OpOutcome: "outcome report"}[c.Op]
+	what := map[string]string{OpResolve: "resolve command", OpOutcome: "outcome report", OpWithdraw: "withdrawal report"}[c.Op]
+	if c.Op == OpWithdraw {
+		if err := c.checkWithdraw(now); err != nil {
+			return 0, fmt.Errorf("sideeffects: %s: %w", what, err)
+		}
+		return effect.Pending, nil
+	}
 	as, err := effect.ParseStatus(c.As)
 	if err != nil {
 		return 0, fmt.Errorf("sideeffects: %s: as %q is not a status (pending, in-flight, succeeded, failed, unknown)", what, c.As)
@@ -60,8 +72,8 @@ func (c *Command) check(now time.Time) (effect.Status, error) {
 		switch {
 		case as != effect.Succeeded && as != effect.Failed:
 			err = fmt.Errorf("as must be succeeded or failed, got %s", as)
-		case c.Attempt != 0 || c.Result != nil || !c.Next.IsZero():
-			err = errors.New("attempt, result and next belong to an outcome report")
+		case c.Attempt != 0 || c.Result != nil || !c.Next.IsZero() || !c.Start.IsZero():
+			err = errors.New("attempt, result, start and next belong to an executor's report")
 		}
 	case OpOutcome:
 		err = c.checkOutcome(as, now)
@@ -99,6 +111,27 @@ func (c *Command) checkOutcome(as effect.Status, now time.Time) error {
 		return fmt.Errorf("next is set for the final status %s", as)
 	case c.Next.After(now.Add(BackoffCap + DeadlineMargin)):
 		return fmt.Errorf("next %s is further away than the longest backoff (%s)", c.Next.Format(time.RFC3339), BackoffCap)
+	case !c.Start.IsZero():
+		return errors.New("start belongs to a withdrawal report")
+	}
+	return nil
+}
+
+// checkWithdraw validates a withdrawal report as the Runner makes it
+// (Runner.withdraw): attempt n ≥ 1 and its start, a next attempt no further
+// away than the longest backoff, nothing else.
+func (c *Command) checkWithdraw(now time.Time) error {
+	switch {
+	case c.As != "" && c.As != effect.Pending.String():
+		return fmt.Errorf("as %q: a withdrawn attempt leaves its key pending", c.As)
+	case c.Attempt < 1:
+		return fmt.Errorf("attempt must be 1 or more, got %d", c.Attempt)
+	case c.Start.IsZero():
+		return errors.New("start is missing")
+	case c.Result != nil || c.Note != "":
+		return errors.New("result and note belong to other commands")
+	case c.Next.After(now.Add(BackoffCap + DeadlineMargin)):
+		return fmt.Errorf("next %s is further away than the longest backoff (%s)", c.Next.Format(time.RFC3339), BackoffCap)
 	}
 	return nil
 }
@@ -133,8 +166,15 @@ func (w *Worker) applyCommand(b *eos.Batch, wt *workerTask, r *kgo.Record) error
 	if err != nil {
 		return wt.refuse(b, r, "", err)
 	}
-	if c.Op == OpOutcome {
-		return w.settleReport(b, wt, r, c, as)
+	switch c.Op {
+	case OpOutcome:
+		return w.applyReport(b, wt, r, c, func(l *effect.Ledger) (effect.Entry, error) {
+			return l.Settle(string(r.Key), c.Attempt, *c.Result, as, c.Next)
+		})
+	case OpWithdraw:
+		return w.applyReport(b, wt, r, c, func(l *effect.Ledger) (effect.Entry, error) {
+			return l.Withdraw(string(r.Key), c.Attempt, c.Start, c.Next, b.Now)
+		})
 	}
 	ov := staging.New(b.Txn)
 	e, err := effect.NewLedger(ov, t.Prefix).Resolve(string(r.Key), as, c.Note, b.Now)
@@ -150,32 +190,37 @@ func (w *Worker) applyCommand(b *eos.Batch, wt *workerTask, r *kgo.Record) error
 	return nil
 }
 
-// settleReport records the outcome another Runner reported for attempt
-// c.Attempt of a key (see Command). A report the ledger has moved past – the
-// outcome was recorded already, or the key was tried again – changes
+// applyReport applies another Runner's report of attempt c.Attempt of a key
+// (see Command): records its outcome (Ledger.Settle) or withdraws it
+// (Ledger.Withdraw). A report the ledger has moved past – the outcome was
+// recorded already, the attempt withdrawn, or the key tried again – changes
 // nothing: the attempt it describes is no longer the open one; it is
 // counted ("stale-report") and logged. A report of a key the ledger does not
 // hold, or of an attempt it never started, cannot have come from a Runner:
-// it is dead-lettered.
-func (w *Worker) settleReport(b *eos.Batch, wt *workerTask, r *kgo.Record, c Command, as effect.Status) error {
-	t := wt.task
+// it is dead-lettered. (A withdrawn attempt's number is the next attempt's
+// too, so a withdrawal report may name the attempt after the last.)
+func (w *Worker) applyReport(b *eos.Batch, wt *workerTask, r *kgo.Record, c Command, apply func(*effect.Ledger) (effect.Entry, error)) error {
 	ov := staging.New(b.Txn)
-	e, err := effect.NewLedger(ov, t.Prefix).Settle(string(r.Key), c.Attempt, *c.Result, as, c.Next)
+	e, err := apply(effect.NewLedger(ov, wt.task.Prefix))
+	last := e.Attempts
+	if c.Op == OpWithdraw {
+		last++
+	}
 	switch {
-	case errors.Is(err, effect.ErrIllegalTransition) && c.Attempt <= e.Attempts:
+	case errors.Is(err, effect.ErrIllegalTransition) && c.Attempt <= last:
 		b.OnCommit(func() {
 			w.stats.add(e.Effect, "stale-report")
-			w.cfg.Logger.Info("outcome report no longer applies: the ledger has moved on", "key", e.Key, "attempt", c.Attempt, "err", err)
+			w.cfg.Logger.Info("executor report no longer applies: the ledger has moved on", "key", e.Key, "op", c.Op, "attempt", c.Attempt, "err", err)
 		})
 		return nil
 	case err != nil:
-		return wt.refuse(b, r, "outcome report refused: ", err)
+		return wt.refuse(b, r, c.Op+" report refused: ", err)
 	}
 	ov.Flush()
 	runner := wt.runner
 	b.OnCommit(func() {
 		w.changed(e)
-		w.cfg.Logger.Info("side effect outcome recorded from the previous owner's report", "key", e.Key, "status", e.Status, "attempt", c.Attempt)
+		w.cfg.Logger.Info("side effect attempt settled from the previous owner's report", "key", e.Key, "op", c.Op, "status", e.Status, "attempt", c.Attempt)
 		if runner != nil {
 			runner.Enqueue(e.Key) // a retry it scheduled re-reads the entry
 		}
@@ -202,24 +247,37 @@ func (wt *workerTask) refuse(b *eos.Batch, r *kgo.Record, why string, err error)
 // is lost, the new owner retries the key after the attempt's deadline, with
 // the same idempotency key.
 func (w *Worker) report(key string, n int, a effect.Attempt, to effect.Status, next time.Time) {
+	w.sendReport(key, Command{Op: OpOutcome, As: to.String(), Attempt: n, Result: &a, Next: next})
+}
+
+// reportWithdrawal sends attempt n of key, which a revoked Runner withdrew
+// without calling and could not record withdrawn, to the key's partition.
+// Best effort, as report: if it is lost, the new owner takes the attempt
+// for an unknown outcome.
+func (w *Worker) reportWithdrawal(key string, n int, start, next time.Time) {
+	w.sendReport(key, Command{Op: OpWithdraw, Attempt: n, Start: start, Next: next})
+}
+
+// sendReport produces c, keyed like the intent, with the command header.
+func (w *Worker) sendReport(key string, c Command) {
 	w.reportMu.Lock()
 	cl := w.reporter
 	w.reportMu.Unlock()
 	if cl == nil {
 		return
 	}
-	v, err := json.Marshal(Command{Op: OpOutcome, As: to.String(), Attempt: n, Result: &a, Next: next})
+	v, err := json.Marshal(c)
 	if err != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	cl.Produce(ctx, &kgo.Record{Topic: w.cfg.EffectsTopic, Key: []byte(key), Value: v,
-		Headers: []kgo.RecordHeader{{Key: HeaderCommand, Value: []byte(OpOutcome)}}},
+		Headers: []kgo.RecordHeader{{Key: HeaderCommand, Value: []byte(c.Op)}}},
 		func(_ *kgo.Record, err error) {
 			cancel()
 			if err != nil {
-				w.cfg.Logger.Warn("could not report a side effect's outcome to the partition's new owner; it retries the key after the attempt's deadline",
-					"key", key, "attempt", n, "err", err)
+				w.cfg.Logger.Warn("could not report a side effect's attempt to the partition's new owner; it retries the key after the attempt's deadline",
+					"key", key, "op", c.Op, "attempt", c.Attempt, "err", err)
 			}
 		})
 }

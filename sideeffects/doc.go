@@ -19,10 +19,13 @@
 //     key records it pending, every later one is a duplicate. An operator's
 //     resolve and a revoked Runner's outcome report arrive the same way, as
 //     Command records.
-//   - The partition's Runner marks a due key in-flight, and only once that
-//     is durably committed calls the effect's Caller (a webhook.Client), then
-//     records the outcome, each ledger update committed through the Worker's
-//     loop (updates.go).
+//   - The partition's Runner marks a due key in-flight, with the attempt's
+//     deadline, and only once that is durably committed calls the effect's
+//     Caller (a webhook.Client) with its whole timeout, then records the
+//     outcome, each ledger update committed through the Worker's loop
+//     (updates.go). An attempt that cannot get its whole timeout before its
+//     deadline, or whose request the Caller did not send, is withdrawn
+//     instead: it is no attempt (withdraw.go, docs/decisions/011).
 //
 // Invariants (named in docs/design.md#invariants):
 //
@@ -44,10 +47,11 @@
 //     or succeeded by the executor on its own, not even when maxAttempts is
 //     exhausted: it then stays unknown for the operator. Every call is
 //     cancelled at its attempt's deadline, which the ledger records when the
-//     attempt starts (effect.Attempt.Deadline), and a retry happens no
-//     sooner than that deadline – or, the later, the attempt's start plus
-//     the effect's timeout as configured now – plus DeadlineMargin for clock
-//     skew: the call it retries, made by whichever instance under whatever
+//     attempt starts (effect.Attempt.Deadline: start + start allowance +
+//     the effect's timeout), and a retry happens no sooner than that
+//     deadline – or, the later, the attempt's start plus the start allowance
+//     and the effect's timeout as configured now – plus DeadlineMargin for
+//     clock skew: the call it retries, made by whichever instance under whatever
 //     configuration, has been given up by then, so a receiver is never sent
 //     a second request for a key while the first may be open
 //     (docs/contract.md#side-effect-webhook).

@@ -395,3 +395,46 @@ func TestLedgerAttemptDeadline(t *testing.T) {
 		t.Fatalf("a zero deadline is stored: %s", raw)
 	}
 }
+
+// Withdraw takes back attempt n, named by its number and start, while the
+// entry is still at it (in-flight, or unknown after Recover): the key is
+// pending again, the attempt gone from the history and not counted. A
+// withdrawal of another attempt – an older one, one whose number the next
+// attempt took again, a settled key – is refused.
+func TestLedgerWithdraw(t *testing.T) {
+	l := effect.NewLedger(sideeffectstest.NewMemKV(), nil)
+	l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	l.Start("k", t0)
+	l.Record("k", effect.Attempt{StatusCode: 503}, effect.Pending, t0)
+	s2 := t0.Add(time.Second)
+	l.StartUntil("k", s2, s2.Add(time.Minute))
+	next := t0.Add(time.Hour)
+	_, err := l.Withdraw("k", 2, t0, next, s2)
+	wantIllegal(t, "withdraw with another start", err)
+	_, err = l.Withdraw("k", 1, t0, next, s2)
+	wantIllegal(t, "withdraw an earlier attempt", err)
+	e, err := l.Withdraw("k", 2, s2, next, s2)
+	if err != nil || e.Status != effect.Pending || e.Attempts != 1 || len(e.History) != 1 || e.History[0].StatusCode != 503 || !e.NextAttempt.Equal(next) {
+		t.Fatalf("withdraw in-flight: %+v %v", e, err)
+	}
+	_, err = l.Withdraw("k", 2, s2, next, s2)
+	wantIllegal(t, "withdraw twice", err)
+
+	// The next attempt is number 2 again; the old withdrawal does not
+	// apply to it, its own does, also once Recover made it unknown.
+	s3 := t0.Add(2 * time.Second)
+	l.Start("k", s3)
+	_, err = l.Withdraw("k", 2, s2, next, s3)
+	wantIllegal(t, "withdraw the attempt whose number was taken again", err)
+	l.Recover(s3)
+	if e, err = l.Withdraw("k", 2, s3, time.Time{}, s3); err != nil || e.Status != effect.Pending || e.Attempts != 1 {
+		t.Fatalf("withdraw unknown: %+v %v", e, err)
+	}
+	l.Start("k", s3)
+	l.Succeed("k", effect.Attempt{})
+	_, err = l.Withdraw("k", 2, s3, next, s3)
+	wantIllegal(t, "withdraw a succeeded key", err)
+	if _, err := l.Withdraw("nope", 1, t0, next, t0); !errors.Is(err, effect.ErrNotFound) {
+		t.Fatalf("withdraw a missing key: %v", err)
+	}
+}

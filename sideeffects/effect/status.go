@@ -14,6 +14,8 @@ import (
 //	unknown ──Resolve(succeeded|failed, note)──▶ succeeded | failed (Resolution set)
 //	in-flight | unknown ──Settle(n)──▶ as Succeed/Fail/Retry/MarkUnknown, for
 //	                                   the handed-over outcome of last attempt n
+//	in-flight | unknown ──Withdraw(n)──▶ pending, attempt n removed and not
+//	                                   counted: its call never left
 type Status uint8
 
 // The statuses. The zero Status is invalid.
@@ -136,4 +138,9 @@ type Result struct {
 	Ref        string // external reference of a success, if the receiver gave one
 	Err        error  // the transport error or a description of a refusal
 	Duration   time.Duration
+	// NotSent says that the request never left: the caller gave up before
+	// it handed anything to the network (its context was done when the call
+	// began). Such a call is no attempt: the Runner withdraws it
+	// (Ledger.Withdraw) instead of recording an outcome.
+	NotSent bool
 }

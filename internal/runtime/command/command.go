@@ -5,7 +5,7 @@
 // with, and the dead-letter reason of a value that cannot be read.
 //
 // Each topic keeps its own command type (processor.Command: skip-gap;
-// sideeffects.Command: resolve and outcome): their JSON members differ, and
+// sideeffects.Command: resolve, outcome and withdraw): their JSON members differ, and
 // operators' tools write them as they are (docs/operations.md).
 package command
 
