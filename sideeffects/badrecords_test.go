@@ -69,10 +69,84 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		}
 	}()
 
-	// "idle" is a pending key of an effect this worker does not execute:
-	// its entry stays pending, never started, for the commands that need
-	// one.
-	bad := []badRecord{
+	bad := badEffectsRecords()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produce := func(key string, cmd bool, value string) int64 {
+		t.Helper()
+		r := &kgo.Record{Value: []byte(value)}
+		if key != "" {
+			r.Key = []byte(key)
+		}
+		if cmd {
+			r.Headers = []kgo.RecordHeader{{Key: sideeffects.HeaderCommand, Value: []byte("1")}}
+		}
+		res, err := cl.ProduceSync(context.Background(), r).First()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Offset
+	}
+	produce("idle", false, intentValue("idle", "not-executed-here"))
+	byOffset := map[int64]badRecord{}
+	for _, b := range bad {
+		byOffset[produce(b.key, b.command, b.value)] = b
+	}
+	produce("k-valid", false, intentValue("k-valid", "fx"))
+
+	exited := func() {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("the worker exited: %v", err)
+		default:
+		}
+	}
+	var dls []testkit.DeadLetter
+	waitFor(t, time.Minute, "the valid intent's call and every dead letter", func() bool {
+		exited()
+		if req, _ := rc.counts(); req["k-valid"] == 0 || w.Stats().Effects("fx", "succeeded") == 0 {
+			return false
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		recs, err := testkit.ReadAll(rctx, brokers, dlq)
+		if err != nil {
+			return false
+		}
+		dls = testkit.DeadLetters(recs)
+		return len(dls) >= len(bad)
+	})
+	seen := checkBadDeadLetters(t, topic, dls, byOffset)
+	if n := w.Stats().Effects("fx", "succeeded"); n != 1 {
+		t.Errorf("%d keys succeeded, want 1 (k-valid)", n)
+	}
+	// Well-formed reports of an attempt whose outcome the ledger has
+	// recorded already are stale, not bad: counted, not dead-lettered.
+	produce("k-valid", true, `{"op":"outcome","as":"failed","attempt":1,"result":{"statusCode":500}}`)
+	produce("k-valid", true, `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z"}`)
+	waitFor(t, time.Minute, "the stale reports", func() bool {
+		exited()
+		return w.Stats().Effects("fx", "stale-report") == 2
+	})
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	if recs, err := testkit.ReadAll(rctx, brokers, dlq); err != nil || len(recs) != len(bad) {
+		t.Errorf("dead letters after the stale report: %d (%v), want %d", len(recs), err, len(bad))
+	}
+	exited()
+	t.Logf("%d bad records dead-lettered invalid:value, each naming its problem; the worker kept running and called k-valid", len(seen))
+}
+
+// badEffectsRecords are records of the effects topic that the executor must
+// dead-letter. "idle" is a pending key of an effect the test's worker does
+// not execute: its entry stays pending, never started, for the commands
+// that need one.
+func badEffectsRecords() []badRecord {
+	return []badRecord{
 		{name: "issue 22: outcome as in-flight", key: "idle", command: true,
 			value: `{"op":"outcome","as":"in-flight","attempt":1,"result":{}}`, why: "as in-flight is not an outcome"},
 		{name: "outcome without attempt", key: "idle", command: true,
@@ -139,57 +213,14 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		{name: "intent under another record key", key: "k-y", value: intentValue("k-x", "fx"), why: `intent key "k-x" is not the record's key "k-y"`},
 		{name: "intent without a record key", key: "", value: intentValue("k-x", "fx"), why: `intent key "k-x" is not the record's key ""`},
 	}
+}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	produce := func(key string, cmd bool, value string) int64 {
-		t.Helper()
-		r := &kgo.Record{Value: []byte(value)}
-		if key != "" {
-			r.Key = []byte(key)
-		}
-		if cmd {
-			r.Headers = []kgo.RecordHeader{{Key: sideeffects.HeaderCommand, Value: []byte("1")}}
-		}
-		res, err := cl.ProduceSync(context.Background(), r).First()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Offset
-	}
-	produce("idle", false, intentValue("idle", "not-executed-here"))
-	byOffset := map[int64]badRecord{}
-	for _, b := range bad {
-		byOffset[produce(b.key, b.command, b.value)] = b
-	}
-	produce("k-valid", false, intentValue("k-valid", "fx"))
-
-	exited := func() {
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("the worker exited: %v", err)
-		default:
-		}
-	}
-	var dls []testkit.DeadLetter
-	waitFor(t, time.Minute, "the valid intent's call and every dead letter", func() bool {
-		exited()
-		if req, _ := rc.counts(); req["k-valid"] == 0 || w.Stats().Effects("fx", "succeeded") == 0 {
-			return false
-		}
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer rcancel()
-		recs, err := testkit.ReadAll(rctx, brokers, dlq)
-		if err != nil {
-			return false
-		}
-		dls = testkit.DeadLetters(recs)
-		return len(dls) >= len(bad)
-	})
+// checkBadDeadLetters checks that each record of byOffset (by its offset on
+// partition 0 of topic) was dead-lettered once, invalid:value, with an
+// error naming its problem, and nothing else was; it returns the offsets
+// dead-lettered.
+func checkBadDeadLetters(t *testing.T, topic string, dls []testkit.DeadLetter, byOffset map[int64]badRecord) map[int64]bool {
+	t.Helper()
 	seen := map[int64]bool{}
 	for _, d := range dls {
 		var off int64
@@ -213,22 +244,5 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 			t.Errorf("%s: not dead-lettered", b.name)
 		}
 	}
-	if n := w.Stats().Effects("fx", "succeeded"); n != 1 {
-		t.Errorf("%d keys succeeded, want 1 (k-valid)", n)
-	}
-	// Well-formed reports of an attempt whose outcome the ledger has
-	// recorded already are stale, not bad: counted, not dead-lettered.
-	produce("k-valid", true, `{"op":"outcome","as":"failed","attempt":1,"result":{"statusCode":500}}`)
-	produce("k-valid", true, `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z"}`)
-	waitFor(t, time.Minute, "the stale reports", func() bool {
-		exited()
-		return w.Stats().Effects("fx", "stale-report") == 2
-	})
-	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer rcancel()
-	if recs, err := testkit.ReadAll(rctx, brokers, dlq); err != nil || len(recs) != len(bad) {
-		t.Errorf("dead letters after the stale report: %d (%v), want %d", len(recs), err, len(bad))
-	}
-	exited()
-	t.Logf("%d bad records dead-lettered invalid:value, each naming its problem; the worker kept running and called k-valid", len(seen))
+	return seen
 }
