@@ -157,6 +157,14 @@ func (r *Runner) record(slot *Slot, key string, eff Effect, n int, res effect.Re
 		done, err = l.Record(key, a, to, next)
 		return err
 	})
+	if errors.Is(err, effect.ErrIllegalTransition) {
+		// A record on the effects topic (an executor's report) settled
+		// the attempt while its call ran: the ledger has moved on, and
+		// what it holds stands. No reason to stop executing the partition.
+		r.cfg.Logger.Warn("the outcome of a call was not recorded: the ledger has moved on", "key", key, "attempt", n,
+			"outcome", res.Outcome, "err", err)
+		return nil
+	}
 	if err != nil {
 		// The outcome is real: if this process gets the partition back,
 		// its next Runner records it rather than calling again.

@@ -831,3 +831,42 @@ type storeFunc struct {
 
 func (s storeFunc) Update(fn func(*effect.Ledger) error) error { return s.update(fn) }
 func (s storeFunc) View(fn func(*effect.Ledger) error) error   { return s.view(fn) }
+
+// TestRunnerOutlivesAttemptSettledUnderIt: while a call runs, a record on
+// the effects topic (a well-formed executor report, here applied to the
+// ledger directly) settles its attempt. The Runner cannot record the
+// call's outcome – the ledger has moved on – and must go on executing the
+// partition's other keys rather than stop.
+func TestRunnerOutlivesAttemptSettledUnderIt(t *testing.T) {
+	store := sideeffectstest.NewMemStore()
+	calling, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	probe := callerFunc(func(_ context.Context, in effect.Intent, _ []byte) effect.Result {
+		if in.Key == "k1" {
+			first.Do(func() { close(calling) })
+			<-release
+		}
+		return effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 200}
+	})
+	r, err := NewRunner(RunnerConfig{Store: store, Backoff: quickBackoff, StartAllowance: testAllowance,
+		Effects: map[string]Effect{"fx": {Caller: probe}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runRunner(t, r)
+	r.Offer(sideeffectstest.Intent(t, "k1", "fx", "p").Value)
+	<-calling
+	if err := store.Update(func(l *effect.Ledger) error {
+		_, err := l.Settle("k1", 1, effect.Attempt{StatusCode: 500}, effect.Failed, time.Time{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	r.Offer(sideeffectstest.Intent(t, "k2", "fx", "p").Value)
+	waitStatus(t, store, "k2", effect.Succeeded)
+	if e := entry(t, store, "k1"); e.Status != effect.Failed {
+		t.Fatalf("k1: %v, want the settled failed to stand", e.Status)
+	}
+	stop() // Run returns nil
+}
