@@ -157,20 +157,23 @@ func (r *Runner) record(slot *Slot, key string, eff Effect, n int, res effect.Re
 		done, err = l.Record(key, a, to, next)
 		return err
 	})
-	if errors.Is(err, effect.ErrIllegalTransition) {
-		// A record on the effects topic (an executor's report) settled
-		// the attempt while its call ran: the ledger has moved on, and
-		// what it holds stands. No reason to stop executing the partition.
-		r.cfg.Logger.Warn("the outcome of a call was not recorded: the ledger has moved on", "key", key, "attempt", n,
-			"outcome", res.Outcome, "err", err)
-		return nil
-	}
 	if err != nil {
 		// The outcome is real: if this process gets the partition back,
 		// its next Runner records it rather than calling again.
 		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: n, Result: res})
 		if r.cfg.Report != nil {
 			r.cfg.Report(key, n, a, to, next)
+		}
+		if errors.Is(err, effect.ErrIllegalTransition) {
+			// The ledger has moved on while the call ran: the partition's
+			// next owner recovered the attempt (seen here in a restore),
+			// or a report on the effects topic settled it. The report
+			// reaches whoever holds the attempt now; this Runner goes on,
+			// since it re-reads every decision from the ledger – a record
+			// cannot stop the partition's execution.
+			r.cfg.Logger.Warn("the outcome of a call was not recorded: the ledger has moved on; reported", "key", key,
+				"attempt", n, "outcome", res.Outcome, "err", err)
+			return nil
 		}
 		return fmt.Errorf("sideeffects: record %q: %w", key, err)
 	}

@@ -67,16 +67,16 @@ func (r *Runner) withdraw(slot *Slot, e effect.Entry, why string) error {
 		done, err = l.Withdraw(e.Key, a.N, a.Start, next, r.cfg.Now())
 		return err
 	})
-	if errors.Is(err, effect.ErrIllegalTransition) {
-		// A report on the effects topic settled the attempt meanwhile;
-		// what the ledger holds stands (as in record).
-		r.cfg.Logger.Warn("an attempt was not withdrawn: the ledger has moved on", "key", e.Key, "attempt", a.N, "err", err)
-		return nil
-	}
 	if err != nil {
 		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: a.N, Start: a.Start, Withdrawn: true})
 		if r.cfg.ReportWithdrawal != nil {
 			r.cfg.ReportWithdrawal(e.Key, a.N, a.Start, next)
+		}
+		if errors.Is(err, effect.ErrIllegalTransition) {
+			// The ledger has moved on (as in record): reported, and the
+			// Runner goes on.
+			r.cfg.Logger.Warn("an attempt was not withdrawn: the ledger has moved on; reported", "key", e.Key, "attempt", a.N, "err", err)
+			return nil
 		}
 		return fmt.Errorf("sideeffects: withdraw %q: %w", e.Key, err)
 	}
