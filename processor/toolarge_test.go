@@ -353,3 +353,65 @@ func TestTooLargeOneDeadLetterPerRecord(t *testing.T) {
 		t.Errorf("dead letter: reason %q, error %q; want too-large naming both projections", header(dl[0], processor.HeaderReason), msg)
 	}
 }
+
+// TestCommandsDeadLetteredWithReason: skip-gap commands that are malformed
+// or cannot apply, each between events, are dead-lettered invalid:value
+// with an error naming the problem, and the events after them are applied
+// (docs/design.md#nothing-dropped-silently; issue 22's audit of the command
+// path).
+func TestCommandsDeadLetteredWithReason(t *testing.T) {
+	e := newEnv(t, 1)
+	cmds := []struct{ value, why string }{
+		{`{"op":"skip-gap","projection":"nope","aggregate":"CASE-1"}`, `skip-gap: no projection "nope"`},
+		{`{"op":"skip-gap","aggregate":"CASE-1"}`, `aggregate "CASE-1" holds no events`},
+		{`{"op":"skip-gap"}`, "no op this topic takes, or a member it needs is missing"},
+		{`{"op":"explode","aggregate":"CASE-1"}`, "no op this topic takes"},
+		{`{"op":"skip-gap","aggregate":7}`, "Command.aggregate of type string"},
+		{`{"op":"skip-gap",`, "unexpected end of JSON input"},
+	}
+	var recs []*kgo.Record
+	for i, c := range cmds {
+		ev := bigMerge(fmt.Sprintf("AFTER-%d", i), 1, 10)
+		recs = append(recs,
+			&kgo.Record{Topic: inputTopic, Key: []byte("CASE-1"), Value: []byte(c.value),
+				Headers: []kgo.RecordHeader{{Key: processor.HeaderCommand, Value: []byte("1")}}},
+			&kgo.Record{Topic: inputTopic, Key: ev.Key, Value: ev.Value})
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	in := e.start(instOpts{})
+	e.waitCaughtUp(30 * time.Second)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	for _, r := range e.read(projTopic) {
+		if strings.HasPrefix(string(r.Key), "AFTER-") {
+			applied++
+		}
+	}
+	if applied != len(cmds) {
+		t.Errorf("%d events after the commands applied, want %d", applied, len(cmds))
+	}
+	got := map[string]string{}
+	for _, r := range e.read(dlqTopic) {
+		if reason := header(r, processor.HeaderReason); reason != "invalid:value" {
+			t.Errorf("dead letter %q: reason %s", r.Value, reason)
+		}
+		got[string(r.Value)] = header(r, processor.HeaderError)
+	}
+	for _, c := range cmds {
+		if msg, ok := got[c.value]; !ok || !strings.Contains(msg, c.why) {
+			t.Errorf("command %s: dead letter %q (found %v), want one naming %q", c.value, msg, ok, c.why)
+		}
+	}
+	if len(got) != len(cmds) {
+		t.Errorf("%d dead letters, want %d", len(got), len(cmds))
+	}
+}
