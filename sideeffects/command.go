@@ -2,7 +2,6 @@ package sideeffects
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/runtime/command"
 	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/internal/runtime/staging"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -120,7 +120,7 @@ func (w *Worker) report(key string, n int, a effect.Attempt, to effect.Status, n
 	if cl == nil {
 		return
 	}
-	v, err := json.Marshal(Command{Op: OpOutcome, As: to.String(), Attempt: n, Result: &a, Next: next})
+	v, err := reportValue(n, a, to, next)
 	if err != nil {
 		return
 	}
@@ -134,4 +134,10 @@ func (w *Worker) report(key string, n int, a effect.Attempt, to effect.Status, n
 					"key", key, "attempt", n, "err", err)
 			}
 		})
+}
+
+// reportValue is the value of an outcome report, encoded without HTML
+// escaping (jsonenc).
+func reportValue(n int, a effect.Attempt, to effect.Status, next time.Time) ([]byte, error) {
+	return jsonenc.Marshal(Command{Op: OpOutcome, As: to.String(), Attempt: n, Result: &a, Next: next})
 }

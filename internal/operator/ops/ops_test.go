@@ -16,6 +16,7 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 func TestMissing(t *testing.T) {
@@ -213,7 +214,7 @@ func TestSkipGapRecord(t *testing.T) {
 	}
 	byKey := r.Partition
 	other := (byKey + 3) % 8
-	sent, err := SkipGap(ctx, brokers, nil, processor.Command{Aggregate: "CASE-9", Projection: "p", Note: "INC-1"},
+	sent, err := SkipGap(ctx, brokers, nil, processor.Command{Aggregate: "CASE-9", Projection: "p", Note: "INC-1 <a&b>"},
 		[]Sent{{Topic: "in", Partition: -1}, {Topic: "in", Partition: other}})
 	if err != nil {
 		t.Fatal(err)
@@ -235,11 +236,30 @@ func TestSkipGapRecord(t *testing.T) {
 		}
 		n++
 		if r.Headers[0].Key != processor.HeaderCommand || string(r.Key) != "CASE-9" ||
-			!bytes.Equal(r.Value, []byte(`{"op":"skip-gap","projection":"p","aggregate":"CASE-9","note":"INC-1"}`)) {
+			!bytes.Equal(r.Value, []byte(`{"op":"skip-gap","projection":"p","aggregate":"CASE-9","note":"INC-1 <a&b>"}`)) {
 			t.Errorf("command record: key %q value %s headers %v", r.Key, r.Value, r.Headers)
 		}
 	}
 	if n != 2 {
 		t.Errorf("%d command records, want 2", n)
+	}
+}
+
+// TestSendResolveRecord: the resolve command record carries the note with
+// <, > and & as they are.
+func TestSendResolveRecord(t *testing.T) {
+	_, brokers := testkit.Broker(t, 1, "fx")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	if err := SendResolve(ctx, opts, "fx", "k<1>", effect.Succeeded, "checked <by> hand & mail"); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := testkit.ReadAll(ctx, brokers, "fx")
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("%d records, %v", len(recs), err)
+	}
+	if want := `{"op":"resolve","as":"succeeded","note":"checked <by> hand & mail"}`; string(recs[0].Value) != want || string(recs[0].Key) != "k<1>" {
+		t.Errorf("command record %s: %s, want %s", recs[0].Key, recs[0].Value, want)
 	}
 }

@@ -28,6 +28,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 )
 
 // Header marks an input record written by the ingress; its value is the
@@ -41,6 +43,12 @@ type Origin struct {
 	Index    int    `json:"index"`
 	Count    int    `json:"count"`
 	Batch    bool   `json:"batch,omitempty"` // {"events":[…]} rather than one envelope
+}
+
+// Encode is the Header value of o (HTML not escaped: jsonenc).
+func (o Origin) Encode() []byte {
+	b, _ := jsonenc.Marshal(o) // strings, ints and a bool: cannot fail
+	return b
 }
 
 // ParseOrigin decodes a Header value.
@@ -96,9 +104,9 @@ type Receipt struct {
 	Fingerprint string `json:"fingerprint"`
 }
 
-// Encode is the receipt's record value.
+// Encode is the receipt's record value (HTML not escaped: jsonenc).
 func (r *Receipt) Encode() []byte {
-	b, _ := json.Marshal(r) // plain strings, ints and a string map: cannot fail
+	b, _ := jsonenc.Marshal(r) // plain strings, ints and a string map: cannot fail
 	return b
 }
 

@@ -57,3 +57,26 @@ func TestOriginAndReceipt(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodingKeepsHTML: the receipt and the ingress header write a tenant
+// and a key with <, > and & as they are (printable ASCII, so the ingress
+// takes them), and read back the same.
+func TestEncodingKeepsHTML(t *testing.T) {
+	o := Origin{TenantID: "<t&>", Key: `k<"&">`, Index: 0, Count: 1}
+	h := o.Encode()
+	if strings.Contains(string(h), `\u00`) || !strings.Contains(string(h), `"tenantId":"<t&>","key":"k<\"&\">"`) {
+		t.Errorf("header %s: want <, > and & literal", h)
+	}
+	if got, err := ParseOrigin(h); err != nil || got != o {
+		t.Errorf("header round trip: %+v %v", got, err)
+	}
+	r := &Receipt{Origin: o, EventID: EventID(o.TenantID, o.Key, 0), Reason: "invalid:<x>", Topic: "in", Fingerprint: "ab"}
+	r.Set("p<1>", "applied")
+	v := r.Encode()
+	if strings.Contains(string(v), `\u00`) || !strings.Contains(string(v), `"projections":{"p<1>":"applied"},"reason":"invalid:<x>"`) {
+		t.Errorf("receipt %s: want <, > and & literal", v)
+	}
+	if got, err := Decode(v); err != nil || got.Origin != o || got.Projections["p<1>"] != "applied" || got.Reason != r.Reason {
+		t.Errorf("receipt round trip: %+v %v", got, err)
+	}
+}
