@@ -136,8 +136,11 @@ func (w *Worker) report(key string, n int, a effect.Attempt, to effect.Status, n
 		})
 }
 
-// reportValue is the value of an outcome report, encoded without HTML
-// escaping (jsonenc).
+// reportValue is the value of an outcome report: the attempt with its
+// texts cut as the ledger would cut them, so that a receiver's long answer
+// cannot make the report too large to send, encoded without HTML escaping
+// (jsonenc).
 func reportValue(n int, a effect.Attempt, to effect.Status, next time.Time) ([]byte, error) {
-	return jsonenc.Marshal(Command{Op: OpOutcome, As: to.String(), Attempt: n, Result: &a, Next: next})
+	b := a.Bounded()
+	return jsonenc.Marshal(Command{Op: OpOutcome, As: to.String(), Attempt: n, Result: &b, Next: next})
 }

@@ -70,6 +70,13 @@
 //     transaction, as long as the ledger still waits for that attempt. If the
 //     report is lost, unknown-never-guessed applies: the key is retried with
 //     the same idempotency key after the attempt's deadline.
+//   - nothing-dropped-silently: the executor's share of it. An intent whose
+//     ledger entry could outgrow the record limit over its life
+//     (effect.MaxRecordBytes) is dead-lettered too-large before it is
+//     offered (toolarge.go): its changelog record would be refused at some
+//     transition, failing every transaction of the partition, on every
+//     restart. The processor refuses such intents; this catches the ones
+//     that did not come through it.
 //
 // Rebuild mode (docs/design.md#no-effects-in-rebuild) is the caller's
 // concern: in rebuild the processor produces no intents and no Worker runs.

@@ -16,9 +16,11 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // TestExecutorHugeNonJSONCommandDeadLettered: a projector-command header on a
@@ -226,4 +228,134 @@ func TestExecutorHTMLPayloadCalledOnce(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("run: %v", err)
 	}
+}
+
+// TestExecutorLongAnswersBounded: what the receiver says goes into the
+// ledger bounded. A 600 KB intent (its entry fits the limit with room for
+// any history) meets a receiver that answers 503 twice with a 300 KB
+// status line, then 200 with a 300 KB id. Unbounded, the two error texts
+// made the entry 1.2 MB: MESSAGE_TOO_LARGE, and the executor stopped at
+// every restart. Now each error text and the reference are cut to their
+// bounds (effect.MaxErrorBytes, effect.MaxRefBytes), the key succeeds on
+// the third call and the executor keeps running.
+func TestExecutorLongAnswersBounded(t *testing.T) {
+	_, brokers := testkit.Broker(t, 1, "case-events")
+	var mu sync.Mutex
+	calls := 0
+	long := strings.Repeat("<x\x01", 100_000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n <= 2 {
+			conn, buf, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(buf, "HTTP/1.1 503 %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", long)
+			buf.Flush()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"ref-%s"}`, strings.Repeat("y", 300_000))
+	}))
+	t.Cleanup(srv.Close)
+	a, exited, stop := startHTMLConfig(t, brokers, srv.URL)
+	big := workload.Record{Key: []byte("LONG-1"), Value: []byte(`{"eventId":"LONG-1-1","eventType":"CaseEscalated","aggregateId":"LONG-1","aggregateVersion":1,"payload":{"reasonCode":"SLA_BREACH","text":"` +
+		strings.Repeat("x", 600_000) + `"}}`)}
+	if err := testkit.Produce(context.Background(), brokers, "case-events", []workload.Record{big}); err != nil {
+		t.Fatal(err)
+	}
+	ws := a.Executor.Stats()
+	waitFor(t, 2*time.Minute, "the effect to succeed, or the worker to exit", func() bool {
+		_, out := exited()
+		return out || ws.Effects("sla-email", "succeeded") >= 1
+	})
+	if err, out := exited(); out {
+		t.Fatalf("the worker exited: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	ledger, err := ops.ReadLedger(context.Background(), []kgo.Opt{kgo.SeedBrokers(brokers...)}, "fx", "fx.effects")
+	if err != nil || len(ledger) != 1 {
+		t.Fatalf("ledger: %d entries, %v", len(ledger), err)
+	}
+	e := ledger[0]
+	if e.Status != effect.Succeeded || e.Attempts != 3 || calls != 3 {
+		t.Fatalf("entry %s after %d attempts, %d calls; want succeeded after 3", e.Status, e.Attempts, calls)
+	}
+	for _, at := range e.History[:2] {
+		if len(at.Error) > effect.MaxErrorBytes || !strings.Contains(at.Error, effect.TruncatedMark) || !strings.HasPrefix(at.Error, "sideeffects: webhook: 503 <x") {
+			t.Errorf("attempt %d: error text of %d bytes, want the status line cut to %d: %.80q", at.N, len(at.Error), effect.MaxErrorBytes, at.Error)
+		}
+	}
+	if len(e.Ref) > effect.MaxRefBytes || !strings.HasPrefix(e.Ref, "ref-yyy") {
+		t.Errorf("reference of %d bytes, want the id cut to %d", len(e.Ref), effect.MaxRefBytes)
+	}
+}
+
+// TestExecutorIntentTooLargeForLedger: an intent that did not come through
+// the processor's check – produced to the effects topic by hand, or by a
+// version before it – whose ledger entry could outgrow kafka.maxRecordBytes
+// is dead-lettered too-large by the executor, never called; the intent
+// after it is called, and the executor keeps running.
+func TestExecutorIntentTooLargeForLedger(t *testing.T) {
+	_, brokers := testkit.Broker(t, 1, "case-events")
+	rc := newBodyReceiver(t)
+	a, exited, stop := startHTMLConfig(t, brokers, rc.srv.URL)
+	ws := a.Executor.Stats()
+	waitFor(t, time.Minute, "the executor to be ready", func() bool { ok, _ := ws.Readiness(); return ok })
+	intent := func(key string, n int) *kgo.Record {
+		v := `{"key":"` + key + `","effect":"sla-email","event":{"pad":"` + strings.Repeat("p", n) + `"}}`
+		return &kgo.Record{Topic: "fx.effects", Key: []byte(key), Value: []byte(v)}
+	}
+	// 100 bytes under the limit as a record: the entry it starts as is over
+	// it already, before any history.
+	over := intent("over", 0)
+	over = intent("over", (1<<20)-100-len(over.Key)-len(over.Value))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, r := range []*kgo.Record{over, intent("after", 10)} {
+		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, time.Minute, "the intent after it to succeed, or the worker to exit", func() bool {
+		_, out := exited()
+		return out || ws.Effects("sla-email", "succeeded") >= 1
+	})
+	if err, out := exited(); out {
+		t.Fatalf("the worker exited: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if n, m := len(rc.calls("over")), len(rc.calls("after")); n != 0 || m != 1 {
+		t.Errorf("calls: %d of the oversize intent (want 0), %d of the one after (want 1)", n, m)
+	}
+	dl, err := testkit.ReadAll(context.Background(), brokers, "fx.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 1 || string(dl[0].Key) != "over" || dlHeader(dl[0], "projector-reason") != sideeffects.ReasonTooLarge ||
+		!strings.Contains(dlHeader(dl[0], "projector-error"), "ledger entry") {
+		t.Fatalf("dead letters: want one for the oversize intent, too-large, naming the ledger entry; got %d", len(dl))
+	}
+}
+
+func dlHeader(r *kgo.Record, k string) string {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return ""
 }

@@ -122,6 +122,10 @@ func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
 		return nil
 	}
+	if why := w.tooLarge(in); why != "" {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, why)
+		return nil
+	}
 	e, dup, err := l.Offer(in, b.Now)
 	if err != nil {
 		var te *effect.TransitionError

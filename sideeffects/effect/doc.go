@@ -41,4 +41,12 @@
 //   - outcome-survives-revoke: the ledger's half of it. Settle records the
 //     outcome of attempt n handed over by another Runner only while the entry
 //     still waits for exactly that attempt.
+//   - nothing-dropped-silently: the ledger's half of it. An entry's changelog
+//     record must fit kafka.maxRecordBytes at every transition of the key's
+//     life, or the executor's transactions fail for good. So every entry
+//     written is bounded (bounds.go): at most MaxHistory attempts, texts
+//     from outside cut by BoundText, JSON without HTML escaping; and
+//     MaxRecordBytes, the largest record an intent's entry can become, is
+//     computed by encoding the worst entry, for the processor and the
+//     executor to refuse an intent it does not fit.
 package effect

@@ -369,10 +369,12 @@ func (l *Ledger) List(status Status) ([]Entry, error) {
 	return out, err
 }
 
-// encodeEntry encodes e: formatV1, then JSON that escapes no HTML
-// (jsonenc.Marshal; json.Marshal wrote '<' as six bytes, issue 22), which
-// decodeEntry reads as it read json.Marshal's.
+// encodeEntry applies the ledger's bounds to e (bound) and encodes it:
+// formatV1, then JSON that escapes no HTML (jsonenc.Marshal; json.Marshal
+// wrote '<' as six bytes, issue 22), which decodeEntry reads as it read
+// json.Marshal's.
 func encodeEntry(e *Entry) ([]byte, error) {
+	bound(e)
 	b, err := jsonenc.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("sideeffects: encode entry %q: %w", e.Key, err)

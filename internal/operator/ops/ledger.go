@@ -57,7 +57,9 @@ func SendResolve(ctx context.Context, opts []kgo.Opt, effectsTopic, key string, 
 	if as != effect.Succeeded && as != effect.Failed {
 		return fmt.Errorf("ops: resolve as %s: want succeeded or failed", as)
 	}
-	v, _ := jsonenc.Marshal(sideeffects.Command{Op: sideeffects.OpResolve, As: as.String(), Note: note}) // no HTML escaping in a record
+	// The note as the ledger keeps it (cut to effect.MaxNoteBytes), so that
+	// the command record stays small; no HTML escaping (jsonenc).
+	v, _ := jsonenc.Marshal(sideeffects.Command{Op: sideeffects.OpResolve, As: as.String(), Note: effect.BoundText(note, effect.MaxNoteBytes)})
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
 	if err != nil {
 		return err
