@@ -27,8 +27,9 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// MaxKeyLen bounds Idempotency-Key and X-Tenant-ID (characters).
-const MaxKeyLen = 255
+// MaxKeyLen bounds Idempotency-Key and X-Tenant-ID (characters): the
+// receipt's bound on what its header carries.
+const MaxKeyLen = receipt.MaxKeyLen
 
 // retryAfter is the Retry-After of 409 in flight and 503 (seconds).
 const retryAfter = "1"

@@ -45,6 +45,13 @@ type Origin struct {
 	Batch    bool   `json:"batch,omitempty"` // {"events":[…]} rather than one envelope
 }
 
+// MaxKeyLen bounds the tenant and the key of an Origin (bytes): the
+// ingress takes at most this many printable ASCII characters for either.
+// A header with longer ones was not written by the ingress, and its
+// receipt, which repeats both in its key and its value, could exceed the
+// record limit.
+const MaxKeyLen = 255
+
 // Encode is the Header value of o (HTML not escaped: jsonenc).
 func (o Origin) Encode() []byte {
 	b, _ := jsonenc.Marshal(o) // strings, ints and a bool: cannot fail
@@ -57,7 +64,7 @@ func ParseOrigin(v []byte) (Origin, error) {
 	if err := json.Unmarshal(v, &o); err != nil {
 		return o, err
 	}
-	if o.Key == "" || o.Index < 0 || o.Count < 1 || o.Index >= o.Count {
+	if o.Key == "" || o.Index < 0 || o.Count < 1 || o.Index >= o.Count || len(o.Key) > MaxKeyLen || len(o.TenantID) > MaxKeyLen {
 		return o, errors.New("receipt: malformed " + Header + " header")
 	}
 	return o, nil
