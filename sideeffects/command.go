@@ -2,7 +2,6 @@ package sideeffects
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/runtime/command"
 	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/internal/runtime/staging"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -266,7 +266,7 @@ func (w *Worker) sendReport(key string, c Command) {
 	if cl == nil {
 		return
 	}
-	v, err := json.Marshal(c)
+	v, err := reportValue(c)
 	if err != nil {
 		return
 	}
@@ -280,4 +280,16 @@ func (w *Worker) sendReport(key string, c Command) {
 					"key", key, "op", c.Op, "attempt", c.Attempt, "err", err)
 			}
 		})
+}
+
+// reportValue is the value of a report: for an outcome, the attempt with
+// its texts cut as the ledger would cut them, so that a receiver's long
+// answer cannot make the report too large to send; encoded without HTML
+// escaping (jsonenc).
+func reportValue(c Command) ([]byte, error) {
+	if c.Result != nil {
+		b := c.Result.Bounded()
+		c.Result = &b
+	}
+	return jsonenc.Marshal(c)
 }

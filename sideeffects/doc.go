@@ -81,7 +81,13 @@
 //     with the reason when it is malformed (a command is validated in full
 //     before anything of it is applied) or the ledger refuses it. Only a
 //     failure of the ledger's own store (effect.StoreFailed) stops the loop;
-//     no content of a record can (workerTask.refuse).
+//     no content of a record can (workerTask.refuse). An intent whose ledger
+//     entry could outgrow the record limit over its life
+//     (effect.MaxRecordBytes) is dead-lettered too-large before it is
+//     offered (toolarge.go): its changelog record would be refused at some
+//     transition, failing every transaction of the partition, on every
+//     restart. The processor refuses such intents; this catches the ones
+//     that did not come through it.
 //
 // Rebuild mode (docs/design.md#no-effects-in-rebuild) is the caller's
 // concern: in rebuild the processor produces no intents and no Worker runs.

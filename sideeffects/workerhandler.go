@@ -133,6 +133,10 @@ func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 			fmt.Sprintf("sideeffects: intent key %q is not the record's key %q", in.Key, r.Key))
 		return nil
 	}
+	if why := w.tooLarge(in); why != "" {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, why)
+		return nil
+	}
 	e, dup, err := l.Offer(in, b.Now)
 	if err != nil {
 		return wt.refuse(b, r, "", err)

@@ -48,4 +48,12 @@
 //     ErrIllegalTransition, ErrNotFound) or a failure of its own state
 //     (ErrStore, ErrCorrupt: StoreFailed), so that a loop can dead-letter the
 //     record behind a refused operation and stop only when its store fails.
+//     And an entry's changelog record must fit kafka.maxRecordBytes at every
+//     transition of the key's life, or the executor's transactions fail for
+//     good. So every entry
+//     written is bounded (bounds.go): at most MaxHistory attempts, texts
+//     from outside cut by BoundText, JSON without HTML escaping; and
+//     MaxRecordBytes, the largest record an intent's entry can become, is
+//     computed by encoding the worst entry, for the processor and the
+//     executor to refuse an intent it does not fit.
 package effect

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 )
 
 // KeyPrefix starts every ledger key, after the caller's prefix (the task
@@ -176,7 +178,7 @@ func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) 
 	value := in.Value
 	if !json.Valid(value) {
 		// An Intent built by hand rather than parsed: store its JSON form.
-		if value, err = json.Marshal(in); err != nil {
+		if value, err = jsonenc.Marshal(in); err != nil {
 			return Entry{}, false, fmt.Errorf("%w: %v", ErrBadIntent, err)
 		}
 	}
@@ -409,8 +411,13 @@ func (l *Ledger) List(status Status) ([]Entry, error) {
 	return out, err
 }
 
+// encodeEntry applies the ledger's bounds to e (bound) and encodes it:
+// formatV1, then JSON that escapes no HTML (jsonenc.Marshal; json.Marshal
+// wrote '<' as six bytes, issue 22), which decodeEntry reads as it read
+// json.Marshal's.
 func encodeEntry(e *Entry) ([]byte, error) {
-	b, err := json.Marshal(e)
+	bound(e)
+	b, err := jsonenc.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("sideeffects: encode entry %q: %w", e.Key, err)
 	}

@@ -117,8 +117,15 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// MarshalText makes outcomes readable in the ledger's JSON.
-func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+// MarshalText makes outcomes readable in the ledger's JSON. An unnamed
+// outcome is refused, as UnmarshalText would refuse it: an entry that
+// could not be read back must not be written.
+func (o Outcome) MarshalText() ([]byte, error) {
+	if o == 0 || int(o) >= len(outcomeNames) {
+		return nil, fmt.Errorf("sideeffects: invalid outcome %d", uint8(o))
+	}
+	return []byte(o.String()), nil
+}
 
 // UnmarshalText is the inverse of MarshalText.
 func (o *Outcome) UnmarshalText(b []byte) error {
