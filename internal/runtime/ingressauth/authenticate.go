@@ -76,6 +76,8 @@ func (f *refusal) field() string {
 	return "Authorization"
 }
 
+// The details of refusals avoid <, > and &, which encoding/json escapes.
+
 // Wrap authenticates every request before next sees it and puts the
 // credential's tenant into its context (Tenant). Refusals are answered with
 // problem; an open Gate (no authentication) passes every request through.
@@ -110,11 +112,11 @@ func (g *Gate) authenticate(r *http.Request) (string, *refusal) {
 	authz := r.Header.Values("Authorization")
 	switch {
 	case len(authz) > 1:
-		return "", refuse(reasonMalformed, "give one Authorization header: Bearer <token>")
+		return "", refuse(reasonMalformed, "give one Authorization header: Bearer and the token")
 	case len(authz) == 1:
 		token, ok := bearer(authz[0])
 		if !ok {
-			return "", refuse(reasonMalformed, "the Authorization header must be Bearer <token>")
+			return "", refuse(reasonMalformed, "the Authorization header must be Bearer and the token")
 		}
 		return g.token(r.Context(), token)
 	case g.mtls != nil && r.TLS != nil && len(r.TLS.VerifiedChains) > 0:
@@ -127,7 +129,7 @@ func (g *Gate) authenticate(r *http.Request) (string, *refusal) {
 func (g *Gate) wanted() string {
 	var ways []string
 	if g.tokens.Load() != nil || g.jwt != nil {
-		ways = append(ways, "an Authorization: Bearer <token> header")
+		ways = append(ways, "an Authorization header with a Bearer token")
 	}
 	if g.mtls != nil {
 		ways = append(ways, "a client certificate (TLS)")

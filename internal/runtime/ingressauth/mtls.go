@@ -41,7 +41,7 @@ func describeSource(m *config.IngressMTLS) string {
 	if m.TenantFrom == config.TenantFromCN {
 		return "its subject's common name"
 	}
-	return "a URI SAN " + m.URIPrefix + "<tenant>"
+	return "a URI SAN " + m.URIPrefix + "{tenant}"
 }
 
 // tlsFiles holds the listener's certificate and client CA pool, replaced
