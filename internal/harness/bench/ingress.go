@@ -37,7 +37,7 @@ type IngressOptions struct {
 	Partitions int
 	// Auth are the ingress's door locks measured (AuthNone, AuthToken,
 	// AuthJWT; default none). Each run starts the worker once per mode, in
-	// turn, the order reversed every other run, so that the modes share the
+	// turn, the order rotated by one every run, so that the modes share the
 	// sitting's conditions.
 	Auth []string
 	// Dir holds the broker's log and the state (default: a temporary one).
@@ -182,10 +182,11 @@ func Ingress(ctx context.Context, o IngressOptions) (*IngressResult, error) {
 	}
 	res := &IngressResult{Options: o}
 	for run := range o.Runs {
-		order := slices.Clone(o.Auth)
-		if run%2 == 1 {
-			slices.Reverse(order)
-		}
+		// Each run starts one mode later: every mode is first, middle and
+		// last equally often, so drift within a run (the store growing, the
+		// machine's other work) does not favour one.
+		k := run % len(o.Auth)
+		order := append(slices.Clone(o.Auth[k:]), o.Auth[:k]...)
 		for _, mode := range order {
 			runs, err := ingressWorker(ctx, o, b.Addr(), filepath.Join(dir, "state"), creds, mode, run)
 			if err != nil {
