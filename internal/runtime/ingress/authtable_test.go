@@ -96,7 +96,7 @@ func TestIngressAuthTable(t *testing.T) {
 		}
 	}
 	logs := aw.log.String()
-	if os.Getenv("DUMPLOG") != "" {
+	if os.Getenv("PROJECTOR_TEST_LOG") != "" { // the worker's log lines, as elsewhere
 		t.Log(logs)
 	}
 	for _, s := range aw.secrets {
