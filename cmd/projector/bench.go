@@ -91,14 +91,21 @@ func positive(fs *cmdFlags, names ...string) error {
 // throughput and latency at several numbers of concurrent clients.
 func runBenchIngress(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := bench.DefaultIngressOptions()
-	fs := newFlags("bench ingress", "  projector bench ingress\n  projector bench ingress --clients 1,16,64 --requests 2000 --runs 3").withLogLevel("warn", "worker")
+	fs := newFlags("bench ingress", "  projector bench ingress\n  projector bench ingress --clients 1,16,64 --requests 2000 --runs 3\n  projector bench ingress --auth none,token,jwt --runs 3").withLogLevel("warn", "worker")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the embedded broker's log and the state (default: a temporary one, removed at the end)")
 	fs.IntSliceVar(&o.Clients, "clients", o.Clients, "concurrent clients, one level after another")
 	fs.IntVar(&o.Requests, "requests", o.Requests, "requests per run and level (each a new key)")
 	fs.IntVar(&o.Runs, "runs", o.Runs, "runs per level; the medians are reported")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "input topic partitions")
+	fs.StringSliceVar(&o.Auth, "auth", o.Auth, "the ingress's authentication, one or more of none (auth: none), token (a bearer token per client from a tokens file, and a per-tenant rate limit that never refuses), jwt (an ES256 JWT per client, reused, verified against a JWKS file); several are measured alternately, run by run")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each measured run of every --auth mode but none to FILE.<mode>-r<run>-c<clients> (go tool pprof merges them)")
 	if err := fs.parse(args, stdout); err != nil {
 		return err
+	}
+	for _, a := range o.Auth {
+		if a != bench.AuthNone && a != bench.AuthToken && a != bench.AuthJWT {
+			return usageError{fmt.Sprintf("bench ingress: --auth: want none, token or jwt, got %q", a)}
+		}
 	}
 	if err := positive(fs, "requests", "runs", "partitions"); err != nil {
 		return err

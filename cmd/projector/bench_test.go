@@ -93,6 +93,7 @@ func TestBenchUsage(t *testing.T) {
 		{"ingress", "--clients", "0"},
 		{"ingress", "--requests", "0"},
 		{"ingress", "--bogus"},
+		{"ingress", "--auth", "basic"},
 	} {
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		var ue usageError

@@ -44,6 +44,27 @@ projections:
 			t.Errorf("%s: exit %d, stderr %q; want 2 naming %s", tc.name, r.code, r.stderr, tc.key)
 		}
 	}
+	// The ingress: open on 0.0.0.0 without ingress.auth is refused; a
+	// tokens file that does not parse is named; auth: none states it.
+	ingress := func(auth string) string { return good + `ingress: {listen: "0.0.0.0:8080"` + auth + "}\n" }
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("not-a-hash acme\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, body, key string }{
+		{"open ingress on 0.0.0.0", ingress(""), "ingress.auth: required when ingress.listen (0.0.0.0:8080) is not a loopback address"},
+		{"bad tokens file", ingress(", auth: {tokensFile: " + tokens + "}"), "ingress.auth.tokensFile: line 1"},
+		{"missing tokens file", ingress(", auth: {tokensFile: /nonexistent/tokens}"), "ingress.auth.tokensFile"},
+	} {
+		r := runBinary(t, 30*time.Second, "run", "--config", writeConfig(t, tc.body), "--check")
+		if r.code != 2 || !strings.Contains(r.stderr, tc.key) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 naming %s", tc.name, r.code, r.stderr, tc.key)
+		}
+	}
+	r = runBinary(t, 30*time.Second, "run", "--config", writeConfig(t, ingress(", auth: none")), "--check")
+	if r.code != 0 {
+		t.Errorf("auth: none on 0.0.0.0: exit %d, stderr %q; want 0 (the opt-out is explicit)", r.code, r.stderr)
+	}
 	os.Unsetenv("POD_NAME")
 	r = runBinary(t, 30*time.Second, "run", "--config", cfg, "--check")
 	if r.code != 2 || !strings.Contains(r.stderr, "POD_NAME") {

@@ -178,11 +178,12 @@ func derive(cfg *config.Config) (d derived, err error) {
 			return d, &config.Error{Key: "sideEffects", Msg: err.Error()}
 		}
 	}
-	return d, nil
+	return d, checkIngress(cfg)
 }
 
 // Check builds everything New derives from the configuration (projection
-// rules, gap policy, side-effect rules, TLS and SASL client options) without
+// rules, gap policy, side-effect rules, TLS and SASL client options, the
+// ingress's credential and certificate files) without
 // starting anything or connecting to a broker: `projector run --check`.
 // Errors are *config.Error naming the key.
 func Check(cfg *config.Config) error {
@@ -244,14 +245,7 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 		return nil, err
 	}
 	if o.Mode == processor.Live && cfg.Ingress.Enabled() {
-		in := cfg.Ingress
-		a.Ingress, err = ingress.New(ingress.Config{
-			Listen: in.Listen, Topic: in.Topic, ReceiptsTopic: in.ReceiptsTopic, Timeout: in.Timeout.Std(),
-			MaxBodyBytes: int64(in.MaxBodyBytes), MaxBatch: in.MaxBatch, RequireTenant: in.RequireTenant,
-			MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes), Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions),
-			Brokers: a.Brokers, ClientOpts: copts, Logger: log.With("component", "ingress"), Registerer: a.Registry,
-		})
-		if err != nil {
+		if err := a.newIngress(cfg, copts, log); err != nil {
 			return nil, err
 		}
 	}

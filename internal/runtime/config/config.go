@@ -265,6 +265,16 @@ type Ingress struct {
 	MaxBatch int `yaml:"maxBatch"`
 	// RequireTenant makes X-Tenant-ID mandatory (400 without it).
 	RequireTenant bool `yaml:"requireTenant"`
+	// Auth says who may use the ingress; required unless Listen is a
+	// loopback address (ingressauth.go).
+	Auth *IngressAuth `yaml:"auth"`
+	// TLS serves the ingress over TLS, with client certificates optional.
+	TLS *IngressTLS `yaml:"tls"`
+	// RateLimit bounds each tenant's requests that write events.
+	RateLimit *IngressRateLimit `yaml:"rateLimit"`
+	// ReloadInterval is how often the files of auth and tls are checked for
+	// change; default 5s.
+	ReloadInterval Duration `yaml:"reloadInterval"`
 }
 
 // Enabled reports whether the ingress listener should run.
@@ -376,6 +386,7 @@ func (c *Config) ApplyDefaults() {
 		if in.MaxBatch == 0 {
 			in.MaxBatch = DefaultIngressMaxBatch
 		}
+		in.applySecurityDefaults()
 	}
 }
 

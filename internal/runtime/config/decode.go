@@ -117,6 +117,7 @@ var (
 	byteSizeType = reflect.TypeFor[ByteSize]()
 	kafkaType    = reflect.TypeFor[Kafka]()
 	httpType     = reflect.TypeFor[HTTP]()
+	ingressType  = reflect.TypeFor[Ingress]()
 )
 
 func (d *decoder) fail(path string, n *yaml.Node, format string, args ...any) {
@@ -335,6 +336,8 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 				continue
 			}
 			d.decode(kv.v, v.Field(i), p)
+		case v.Type() == ingressType && key == "auth":
+			d.decodeAuth(kv.v, v.Addr().Interface().(*Ingress), p)
 		default:
 			d.decode(kv.v, v.Field(i), p)
 		}
@@ -361,6 +364,24 @@ func (d *decoder) decodeBrokers(n *yaml.Node, k *Kafka, path string) {
 	if n.Kind != yaml.SequenceNode {
 		d.fail(path, n, "expected a list of host:port or the string %q, got %s", EmbeddedBrokers, describe(n))
 	}
+}
+
+// decodeAuth accepts the mapping of ingress.auth or the string "none".
+func (d *decoder) decodeAuth(n *yaml.Node, in *Ingress, path string) {
+	n, ok := d.resolve(n, path)
+	if !ok || isNull(n) {
+		return
+	}
+	if n.Kind == yaml.ScalarNode {
+		if n.ShortTag() == "!!str" && n.Value == AuthNone {
+			in.Auth = &IngressAuth{None: true}
+			return
+		}
+		d.fail(path, n, "expected a mapping with keys %s, or the string %q, got %s",
+			strings.Join(structFields(reflect.TypeFor[IngressAuth]()).names, ", "), AuthNone, describe(n))
+		return
+	}
+	d.decode(n, reflect.ValueOf(&in.Auth).Elem(), path)
 }
 
 // lineOf returns the line of key, or of its nearest ancestor with a line.

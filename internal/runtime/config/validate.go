@@ -475,4 +475,5 @@ func (c *Config) validateIngress(l *errorList) {
 		l.add("ingress.maxBodyBytes", "must be at least 2 bytes, got %d", int64(in.MaxBodyBytes))
 	}
 	between(l, "ingress.maxBatch", in.MaxBatch, 1, 10000)
+	in.validateIngressSecurity(l)
 }

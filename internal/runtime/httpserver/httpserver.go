@@ -13,7 +13,9 @@
 package httpserver
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,11 +37,24 @@ const ShutdownTimeout = 5 * time.Second
 // ReadyFunc reports readiness and, when not ready, why.
 type ReadyFunc func() (ready bool, reason string)
 
+// Options are a listener's TLS and limits; zero values take the
+// operational endpoints' defaults (plain HTTP, ReadHeaderTimeout 10s,
+// IdleTimeout 60s, Go's 1 MB header limit, no read or write timeout).
+type Options struct {
+	TLS               *tls.Config // serve TLS; it must provide the certificate
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+}
+
 // Server is the HTTP server of one worker.
 type Server struct {
 	listen  string
 	key     string // the configuration key of listen, for errors
 	handler http.Handler
+	opts    Options
 
 	mu     sync.Mutex
 	addr   net.Addr
@@ -73,13 +88,15 @@ func New(listen string, gatherer prometheus.Gatherer, ready ReadyFunc) *Server {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		text(w, http.StatusOK, "projector: /metrics /healthz /readyz\n")
 	})
-	return NewHandler(listen, "http.listen", mux)
+	return NewHandler(listen, "http.listen", mux, Options{})
 }
 
 // NewHandler returns a server of handler on listen (another listener, such
 // as the ingress); key names listen's configuration key in errors.
-func NewHandler(listen, key string, handler http.Handler) *Server {
-	return &Server{listen: listen, key: key, handler: handler, up: make(chan struct{})}
+func NewHandler(listen, key string, handler http.Handler, o Options) *Server {
+	o.ReadHeaderTimeout = cmp.Or(o.ReadHeaderTimeout, 10*time.Second)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, 60*time.Second)
+	return &Server{listen: listen, key: key, handler: handler, opts: o, up: make(chan struct{})}
 }
 
 func text(w http.ResponseWriter, code int, body string) {
@@ -130,12 +147,22 @@ func (s *Server) Run(ctx context.Context) error {
 
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       60 * time.Second,
+		TLSConfig:         s.opts.TLS,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
+		WriteTimeout:      s.opts.WriteTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if s.opts.TLS != nil {
+			served <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
 
 	select {
 	case err := <-served: // Serve closed the listener

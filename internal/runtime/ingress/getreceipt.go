@@ -21,7 +21,7 @@ func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, 400, "key", "the key must be 1 to %d printable ASCII characters", MaxKeyLen)
 		return
 	}
-	tenant, has, ok := headerValue(r, HeaderTenant)
+	tenant, has, ok := requestTenant(r)
 	if !has {
 		tenant = r.URL.Query().Get("tenant")
 	}

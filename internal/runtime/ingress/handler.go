@@ -130,7 +130,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 	case !ok || !printable(key):
 		return nil, fail(400, HeaderKey, "%s must be given once, 1 to %d printable ASCII characters", HeaderKey, MaxKeyLen)
 	}
-	tenant, hasTenant, ok := headerValue(r, HeaderTenant)
+	tenant, hasTenant, ok := requestTenant(r)
 	switch {
 	case !hasTenant && s.cfg.RequireTenant:
 		return nil, fail(400, HeaderTenant, "the %s header is required", HeaderTenant)
@@ -197,7 +197,7 @@ func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, 
 	}
 	switch {
 	case hasTenant && tenantGiven && bodyTenant != req.tenant:
-		return item{}, fail(422, prefix+"tenantId", "tenantId %q differs from the %s header %q; omit it or make them equal", bodyTenant, HeaderTenant, req.tenant)
+		return item{}, fail(422, prefix+"tenantId", "tenantId %q differs from the request's tenant %q (%s, or the credential's); omit it or make them equal", bodyTenant, req.tenant, HeaderTenant)
 	case !hasTenant && i == 0:
 		if bodyTenant != "" && !printable(bodyTenant) {
 			return item{}, fail(422, prefix+"tenantId", "a tenantId that scopes an Idempotency-Key must be 1 to %d printable ASCII characters", MaxKeyLen)
@@ -265,6 +265,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 	if len(missing) == 0 {
 		w.Header().Set(HeaderReplayed, "true")
 		writeJSON(w, http.StatusOK, req.body(have))
+		return
+	}
+	if s.overLimit(w, req) {
 		return
 	}
 	ours, err := s.produce(r.Context(), req, missing)

@@ -22,6 +22,12 @@
 //     taken at start the server answers 503 (and is not ready), because a
 //     receipt it has not read yet is not a missing receipt.
 //   - Every answer is safe to retry with the same key and body.
+//   - With a Gate that authenticates, a request's tenant is its
+//     credential's (ingressauth.Tenant), never X-Tenant-ID, ?tenant= or the
+//     body's tenantId: a request cannot write or read another tenant's
+//     keys (docs/design.md#tenant-from-credential). The rate limit is
+//     charged only for a request about to write: a replay of a committed
+//     key is answered without it.
 //   - Run owns the listener, the producer and the receipts reader; on
 //     shutdown the listener stops accepting, requests waiting for a receipt
 //     are answered 202 at once, and Run returns after they are gone.
@@ -45,6 +51,7 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/internal/runtime/httpserver"
+	"github.com/projector-dev/projector/internal/runtime/ingressauth"
 )
 
 // Config is what a Server needs (config.Ingress plus the wiring).
@@ -58,6 +65,10 @@ type Config struct {
 	RequireTenant  bool          // X-Tenant-ID mandatory
 	MaxRecordBytes int           // kafka.maxRecordBytes: the largest event accepted; default envelope.DefaultMaxBytes
 	Partitions     int32         // partitions of the receipts topic when it is created; default config.DefaultEmbeddedPartitions
+
+	// Gate authenticates requests, serves TLS and charges the rate limit
+	// (ingressauth.New); nil: none of them.
+	Gate *ingressauth.Gate
 
 	Brokers    []string
 	ClientOpts []kgo.Opt
@@ -108,23 +119,30 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingress: producer: %w", err)
 	}
-	s.srv = httpserver.NewHandler(cfg.Listen, "ingress.listen", s.Handler())
+	s.srv = httpserver.NewHandler(cfg.Listen, "ingress.listen", s.Handler(), s.listenerOptions())
 	return s, nil
 }
 
-// Handler serves /v1/events and /v1/receipts/{key}. The metrics wrap the
-// mux, so its own answers (405 for a wrong method, 404 for another path)
-// are counted too.
+// Handler serves /v1/events and /v1/receipts/{key}, every request
+// authenticated first (Config.Gate). The metrics wrap both, so the mux's
+// own answers (405 for a wrong method, 404 for another path) and the
+// Gate's refusals are counted too.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/events", s.post)
 	mux.HandleFunc("GET /v1/receipts/{key}", s.getReceipt)
-	return s.metrics.wrap(mux)
+	return s.metrics.wrap(s.cfg.Gate.Wrap(mux, problemOf))
 }
 
 // Ready reports whether the ingress answers requests: its receipts view has
-// caught up with the receipts committed before it started.
-func (s *Server) Ready() (bool, string) { return s.view.ready() }
+// caught up with the receipts committed before it started, and its Gate
+// has the keys it needs.
+func (s *Server) Ready() (bool, string) {
+	if ok, why := s.cfg.Gate.Ready(); !ok {
+		return false, why
+	}
+	return s.view.ready()
+}
 
 // Addr is the bound address once listening (nil before).
 func (s *Server) Addr() net.Addr { return s.srv.Addr() }
@@ -150,6 +168,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		readErr = s.view.run(rctx, s.clientOpts(), s.cfg.ReceiptsTopic)
 	})
+	if s.cfg.Gate != nil {
+		wg.Go(func() { _ = s.cfg.Gate.Run(rctx) })
+	}
 	wg.Go(func() {
 		select {
 		case <-s.srv.Listening():

@@ -10,7 +10,7 @@ import (
 
 // codes are the status codes the ingress answers; their series exist from
 // the start at 0 (as every known label value in internal/runtime/metrics).
-var codes = []int{200, 201, 202, 400, 404, 405, 409, 413, 422, 503}
+var codes = []int{200, 201, 202, 400, 401, 403, 404, 405, 409, 413, 422, 429, 503}
 
 type metrics struct {
 	requests *prometheus.CounterVec

@@ -28,7 +28,7 @@ func TestParseBody(t *testing.T) {
 		{`{"events":[` + ev + `,{"tenantId":"t2","eventType":"T","aggregateId":"A","aggregateVersion":2}]}`, "",
 			`422 events[1].tenantId: every event of a request must have the same tenantId (""), got "t2"`},
 		{`{"tenantId":5,"eventType":"T"}`, "", `422 tenantId: tenantId must be a string`},
-		{`{"tenantId":"t9","eventType":"T"}`, "t1", `422 tenantId: tenantId "t9" differs from the X-Tenant-ID header "t1"; omit it or make them equal`},
+		{`{"tenantId":"t9","eventType":"T"}`, "t1", `422 tenantId: tenantId "t9" differs from the request's tenant "t1" (X-Tenant-ID, or the credential's); omit it or make them equal`},
 		{`{"eventId":"x","eventType":"T"}`, "", `422 eventId: eventId is derived from the tenant and the Idempotency-Key: omit it, or send "ik-b8995ad0db599ac587c3a4048d1c7191"`},
 		{`{"eventType":"T","aggregateVersion":1}`, "", `422 aggregateId: required field is missing`},
 		{ev, "t1", `ok {"eventId":"ik-f201e12c49b99df8ec82841d32d928a8","tenantId":"t1",` + ev[1:] +
