@@ -63,10 +63,10 @@ func aclEvent(id, typ, agg string, v int) string {
 	return fmt.Sprintf(`{"eventId":%q,"eventType":%q,"aggregateId":%q,"aggregateVersion":%d,"payload":{"v":%d}}`, id, typ, agg, v, v)
 }
 
-func startACLEnv(t *testing.T) *aclEnv {
+func startACLEnv(t *testing.T, opts ...kfake.Opt) *aclEnv {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
-		kfake.Superuser("SCRAM-SHA-256", "admin", aclPassword), kfake.SeedTopics(2, "events"))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("SCRAM-SHA-256", "admin", aclPassword), kfake.SeedTopics(2, "events")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/projector-dev/projector/internal/runtime/acl"
+	"github.com/projector-dev/projector/internal/runtime/app"
 )
 
 // The Kafka ACLs each role needs, as docs/operations.md#kafka-acls lists
@@ -254,4 +257,29 @@ func aclRemovalNames(role string, i int) aclNames {
 		n.target = fmt.Sprintf("acl.r%d", i)
 	}
 	return n
+}
+
+// TestKafkaACLsUnreportedOperations: against a broker that does not report
+// authorized operations (Kafka before 2.3: Metadata v7, DescribeGroups v2)
+// the check at start cannot tell Describe from Read; a processor granted
+// Describe instead of Read on its group is then refused when it joins, and
+// that refusal names the permission too.
+func TestKafkaACLsUnreportedOperations(t *testing.T) {
+	old := kversion.Stable()
+	old.SetMaxKeyVersion(int16(kmsg.Metadata), 7)
+	old.SetMaxKeyVersion(int16(kmsg.DescribeGroups), 2)
+	e := startACLEnv(t, kfake.MaxVersions(old))
+	n := namesFor("pold")
+	gs := roleGrants("processor", n)
+	read := gs[0]
+	if read.res != kmsg.ACLResourceTypeGroup || read.op != opRead {
+		t.Fatalf("the processor's first grant is %s, want Read on its group", read)
+	}
+	gs[0] = groupGrant(n.name, opDescribe)
+	p := e.startApp(t, e.config(t, n, e.principal(t, "processor", gs)), app.RoleProcessor)
+	err := p.failure(t, func() bool { return p.a.Processor.Stats().Outcome("applied") > 0 })
+	if err == nil || !strings.Contains(err.Error(), read.need.String()) || strings.Contains(err.Error(), "cannot start") {
+		t.Fatalf("error %v\nwant the join's refusal naming %s", err, read.need)
+	}
+	t.Logf("Describe instead of Read on the group: %v", err)
 }

@@ -2,9 +2,11 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -57,4 +59,16 @@ func (l *Loop[T]) checkAccess(ctx context.Context, cl *kgo.Client, only []string
 		return nil, fmt.Errorf("eos: group %s cannot start: %w", l.cfg.Group, err)
 	}
 	return absent, nil
+}
+
+// groupDenied names Read on the group when joining it was refused. The
+// check at start sees the group only where the broker reports its
+// authorized operations; one that does not (before Kafka 2.3, or for a group
+// that does not exist yet) lets the refusal come from the join instead.
+func (l *Loop[T]) groupDenied(err error) error {
+	if !errors.Is(err, kerr.GroupAuthorizationFailed) {
+		return err
+	}
+	return fmt.Errorf("eos: group %s: %w", l.cfg.Group,
+		acl.Denied(err, acl.Group(l.cfg.Group, kmsg.ACLOperationRead, "join the consumer group and commit offsets")))
 }

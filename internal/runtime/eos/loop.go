@@ -282,7 +282,7 @@ func (l *Loop[T]) Run(ctx context.Context) (err error) {
 			return nil
 		}
 		if err := l.fetchError(fetches); err != nil {
-			return err
+			return l.groupDenied(err)
 		}
 		// Re-sync: a rebalance may have happened during the poll; the tasks
 		// with records must be restored (again) before they are processed.
