@@ -2,6 +2,7 @@ package processor
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -32,11 +33,19 @@ func (c *Command) Valid() bool { return c.Op == "skip-gap" && c.Aggregate != "" 
 // applyCommand applies an operator command: skip-gap applies the
 // aggregate's held events past its gap (Guard.Expire under the skip
 // policy), in every projection or the one named. A command that cannot
-// apply is dead-lettered with the reason, so the operator sees why.
+// apply is dead-lettered with the reason, so the operator sees why. The
+// one error it returns is resolveGap's, a failure to read or write the
+// task's own state (Pebble, or a stored record that does not decode):
+// nothing in the command's value can make it.
 func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 	var c Command
 	if err := command.Decode(r.Value, &c); err != nil {
 		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
+		return nil
+	}
+	if c.Projection != "" && !slices.ContainsFunc(p.guards, func(g *projection.Guard) bool { return g.P.Name == c.Projection }) {
+		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
+			fmt.Sprintf("skip-gap: no projection %q", c.Projection))
 		return nil
 	}
 	skipped := 0
@@ -46,7 +55,7 @@ func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) err
 		}
 		step, dropped, err := p.resolveGap(b, ts, g, c.Aggregate, projection.Skip, 0) // updates the gap index when events were held
 		if err != nil {
-			return err
+			return err // the store's: see above
 		}
 		skipped += len(step.Changes)
 		if dropped != nil {

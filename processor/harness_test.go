@@ -69,6 +69,8 @@ type instOpts struct {
 	now      func() time.Time
 	// extra projections beside case-overview.
 	extra []*projection.Projection
+	// rules are the side-effect rules (none when nil).
+	rules processor.EffectRules
 }
 
 func (e *env) start(o instOpts) *instance {
@@ -98,7 +100,7 @@ func (e *env) start(o instOpts) *instance {
 		Inputs: []string{inputTopic}, EffectsTopic: "case-events.effects",
 		Projections: append([]*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}}, o.extra...),
 		Dedup:       dedup.NewStore(168 * time.Hour),
-		GapPolicy:   o.policy, HoldTimeout: o.hold,
+		GapPolicy:   o.policy, HoldTimeout: o.hold, EffectRules: o.rules,
 	})
 	if err != nil {
 		e.t.Fatal(err)

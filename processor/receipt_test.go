@@ -2,6 +2,7 @@ package processor
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,41 @@ func TestReceiptOutcomes(t *testing.T) {
 	}
 	if rc := got[1]; rc.EventID != "ev-2" || rc.Outcome != "filtered" || len(rc.Projections) != 0 || rc.Index != 1 {
 		t.Errorf("receipt of ev-2: %+v, want filtered, no projection", rc)
+	}
+}
+
+// TestReceiptOfOversizeOriginNotWritten: an input record whose ingress
+// header carries a key longer than the ingress accepts (so not written by
+// the ingress) gets no receipt: the receipt repeats the key in its record
+// key and value, and a 600 KB key made a 1.2 MB receipt, over the
+// producer's batch limit (kafka.maxRecordBytes + 16 KiB), which would fail
+// the transaction at every retry. The event itself is applied.
+func TestReceiptOfOversizeOriginNotWritten(t *testing.T) {
+	st, err := state.Open(t.TempDir(), StoreOptions(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, task, ts := directTaskWith(t, st, func(c *Config) { c.ReceiptsTopic = "receipts" })
+	var receipts, applied int
+	bt := eos.NewTaskBatch(st, task, time.Now(), func(r *kgo.Record) {
+		switch r.Topic {
+		case "receipts":
+			receipts++
+		case p.cfg.Projections[0].Topic:
+			applied++
+		}
+	})
+	origin := fmt.Sprintf(`{"key":"%s","index":0,"count":1}`, strings.Repeat("k", 600<<10))
+	r := &kgo.Record{Key: []byte("CASE-1"), Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: []byte(origin)}},
+		Value: []byte(`{"eventId":"ev-1","eventType":"CaseOpened","aggregateId":"CASE-1","aggregateType":"RegulatoryCase","aggregateVersion":1,"payload":{}}`)}
+	if err := ts.Process(bt, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := bt.Commit(ts, ChangelogTopic(p.cfg.Group, "case-events")); err != nil {
+		t.Fatal(err)
+	}
+	if receipts != 0 || applied != 1 {
+		t.Errorf("%d receipts, %d projection records; want none and one", receipts, applied)
 	}
 }

@@ -31,7 +31,11 @@ const (
 // dedup (a duplicate or a conflict stops here), the versioned projections'
 // check of aggregateVersion, the dedup mark, then one guard step per
 // projection that takes the aggregate type. An event that came through the
-// ingress gets its receipt once its outcome is known.
+// ingress gets its receipt once its outcome is known. Whatever the record
+// holds ends in an outcome or a dead letter; the errors it returns are
+// failures of the task's own state (dedup.Check, the guards' reads and
+// writes: Pebble, or a stored record that does not decode), which stop the
+// loop (docs/design.md#nothing-dropped-silently).
 func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 	bs := ts.batchOf(b)
 	var origin []byte // the ingress header: this record wants a receipt

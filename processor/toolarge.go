@@ -12,12 +12,12 @@ import (
 
 // ReasonTooLarge dead-letters an event whose outputs (projection record,
 // changelog record of the aggregate state, held-event wrapper, intent
-// record) would exceed kafka.maxRecordBytes: it is not applied.
+// record, and the side-effect ledger entry an intent can grow into) would
+// exceed kafka.maxRecordBytes: it is not applied.
 const ReasonTooLarge = "too-large"
 
-// recordOverhead is what a record adds to its key and value in a batch
-// (length varints, attributes, deltas, header count) – an upper bound.
-const recordOverhead = 64
+// recordOverhead is what a record adds to its key and value in a batch.
+const recordOverhead = eos.RecordOverhead
 
 // checkedStep is a guard step whose outputs tooLarge checked, with the
 // intents of each of its Changes as the check built them: emitStep produces
@@ -75,16 +75,8 @@ func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging
 			continue // no intent records: emitIntents counts them suppressed
 		}
 		for _, in := range intents {
-			// The same upper bound first: the value copies the whole event,
-			// and emitIntents builds it again for the record it produces.
-			bound := recordOverhead + len(in.Key) + 160 + len(c.Source.Value) + 20 +
-				6*(len(in.Key)+len(in.Effect)+len(g.P.Name)+len(ev.AggregateID)+len(ev.EventID))
-			if bound <= limit {
-				continue
-			}
-			v := effect.IntentValue(in, g.P.Name, c.Event, c.Version, c.Source.Value)
-			if n := len(in.Key) + len(v) + recordOverhead; n > limit {
-				return fmt.Sprintf("the side-effect intent %s of version %d would be %d bytes, over kafka.maxRecordBytes %d", in.Effect, c.Version, n, limit), i
+			if msg := p.intentTooLarge(g, c, in); msg != "" {
+				return msg, i
 			}
 		}
 	}
@@ -94,6 +86,36 @@ func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging
 		}
 	}
 	return "", -1
+}
+
+// intentTooLarge says why intent in of change c cannot be produced ("" when
+// it can): its record would exceed the record limit, or the ledger entry
+// the executor makes of it could outgrow the limit once it carries its
+// attempt history (effect.MaxRecordBytes). The executor could never write
+// that entry's changelog record, and would stop at every restart (issue
+// 22); refused here, the event is dead-lettered too-large instead.
+func (p *Processor) intentTooLarge(g *projection.Guard, c *projection.Change, in projection.Intent) string {
+	limit := p.cfg.MaxRecordBytes
+	ev := c.Event
+	// An upper bound of the value's length first (escaping at most
+	// sextuples a string): the value copies the whole event, so it is
+	// built only when a bound exceeds the limit (and emitIntents builds it
+	// again for the record it produces).
+	n := 160 + len(c.Source.Value) + 20 + 6*(len(in.Key)+len(in.Effect)+len(g.P.Name)+len(ev.AggregateID)+len(ev.EventID))
+	record := func() int { return len(in.Key) + n + recordOverhead }
+	ledger := func() int { return effect.MaxRecordBytes(in.Key, in.Effect, n) + recordOverhead }
+	if record() <= limit && ledger() <= limit {
+		return ""
+	}
+	n = len(effect.IntentValue(in, g.P.Name, ev, c.Version, c.Source.Value))
+	if r := record(); r > limit {
+		return fmt.Sprintf("the side-effect intent %s of version %d would be %d bytes, over kafka.maxRecordBytes %d", in.Effect, c.Version, r, limit)
+	}
+	if l := ledger(); l > limit {
+		return fmt.Sprintf("the side-effect intent %s of version %d would make a ledger entry that can grow to %d bytes (with %d attempts of history), over kafka.maxRecordBytes %d",
+			in.Effect, c.Version, l, effect.MaxHistory, limit)
+	}
+	return ""
 }
 
 // offer is Guard.Offer through a staging overlay: a step whose outputs would

@@ -9,8 +9,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // bigMerge is a CaseUpdated event for agg at version v whose payload merges
@@ -352,4 +355,141 @@ func TestTooLargeOneDeadLetterPerRecord(t *testing.T) {
 	if header(dl[0], processor.HeaderReason) != "too-large" || !strings.Contains(msg, "case-overview") || !strings.Contains(msg, "case-archive") {
 		t.Errorf("dead letter: reason %q, error %q; want too-large naming both projections", header(dl[0], processor.HeaderReason), msg)
 	}
+}
+
+// TestCommandsDeadLetteredWithReason: skip-gap commands that are malformed
+// or cannot apply, each between events, are dead-lettered invalid:value
+// with an error naming the problem, and the events after them are applied
+// (docs/design.md#nothing-dropped-silently; issue 22's audit of the command
+// path).
+func TestCommandsDeadLetteredWithReason(t *testing.T) {
+	e := newEnv(t, 1)
+	cmds := []struct{ value, why string }{
+		{`{"op":"skip-gap","projection":"nope","aggregate":"CASE-1"}`, `skip-gap: no projection "nope"`},
+		{`{"op":"skip-gap","aggregate":"CASE-1"}`, `aggregate "CASE-1" holds no events`},
+		{`{"op":"skip-gap"}`, "no op this topic takes, or a member it needs is missing"},
+		{`{"op":"explode","aggregate":"CASE-1"}`, "no op this topic takes"},
+		{`{"op":"skip-gap","aggregate":7}`, "Command.aggregate of type string"},
+		{`{"op":"skip-gap",`, "unexpected end of JSON input"},
+	}
+	var recs []*kgo.Record
+	for i, c := range cmds {
+		ev := bigMerge(fmt.Sprintf("AFTER-%d", i), 1, 10)
+		recs = append(recs,
+			&kgo.Record{Topic: inputTopic, Key: []byte("CASE-1"), Value: []byte(c.value),
+				Headers: []kgo.RecordHeader{{Key: processor.HeaderCommand, Value: []byte("1")}}},
+			&kgo.Record{Topic: inputTopic, Key: ev.Key, Value: ev.Value})
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	in := e.start(instOpts{})
+	e.waitCaughtUp(30 * time.Second)
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	for _, r := range e.read(projTopic) {
+		if strings.HasPrefix(string(r.Key), "AFTER-") {
+			applied++
+		}
+	}
+	if applied != len(cmds) {
+		t.Errorf("%d events after the commands applied, want %d", applied, len(cmds))
+	}
+	got := map[string]string{}
+	for _, r := range e.read(dlqTopic) {
+		if reason := header(r, processor.HeaderReason); reason != "invalid:value" {
+			t.Errorf("dead letter %q: reason %s", r.Value, reason)
+		}
+		got[string(r.Value)] = header(r, processor.HeaderError)
+	}
+	for _, c := range cmds {
+		if msg, ok := got[c.value]; !ok || !strings.Contains(msg, c.why) {
+			t.Errorf("command %s: dead letter %q (found %v), want one naming %q", c.value, msg, ok, c.why)
+		}
+	}
+	if len(got) != len(cmds) {
+		t.Errorf("%d dead letters, want %d", len(got), len(cmds))
+	}
+}
+
+// notifyRules make one side-effect intent per applied event.
+type notifyRules struct{}
+
+func (notifyRules) Intents(_ string, ev *projection.Event, version int64) ([]projection.Intent, error) {
+	return []projection.Intent{{Effect: "notify", Key: fmt.Sprintf("notify:%s:v%d", ev.AggregateID, version)}}, nil
+}
+
+// TestIntentLedgerEntryTooLarge: an event whose intent fits
+// kafka.maxRecordBytes as a record, but whose ledger entry could outgrow it
+// once it carries its attempt history (effect.MaxRecordBytes), is not
+// applied: outcome too-large, one dead letter saying so, and no intent
+// produced – the executor could never have written that entry's changelog
+// record (issue 22). An event one byte smaller goes through, intent and all.
+func TestIntentLedgerEntryTooLarge(t *testing.T) {
+	const limit = 1 << 20 // kafka.maxRecordBytes: the processor's default
+	intentOf := func(r workload.Record) (key string, value []byte) {
+		ev, err := envelope.Decode(r.Value, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := projection.Intent{Effect: "notify", Key: fmt.Sprintf("notify:%s:v1", ev.AggregateID)}
+		return in.Key, effect.IntentValue(in, "case-overview", ev, 1, r.Value)
+	}
+	ledgerRecord := func(r workload.Record) int {
+		key, v := intentOf(r)
+		return effect.MaxRecordBytes(key, "notify", len(v)) + eos.RecordOverhead
+	}
+	// The largest payload whose ledger entry fits.
+	lo, hi := 0, limit
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if ledgerRecord(bigMerge("FITS-1", 1, mid)) <= limit {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	fits, over := bigMerge("FITS-1", 1, lo), bigMerge("OVER-1", 1, lo+1)
+	if key, v := intentOf(over); len(key)+len(v)+eos.RecordOverhead > limit-64<<10 {
+		t.Fatalf("the intent record is %d bytes: this test wants one that fits the limit with room", len(key)+len(v))
+	}
+	e := newEnv(t, 1)
+	e.produce([]workload.Record{over, fits})
+	in := e.start(instOpts{rules: notifyRules{}})
+	e.waitCaughtUp(60 * time.Second)
+	st := in.p.Stats()
+	if n := waitEvents(st, "too-large", 1); n != 1 {
+		t.Errorf("%d too-large outcomes, want 1", n)
+	}
+	if n := waitEvents(st, "applied", 1); n != 1 {
+		t.Errorf("%d applied, want 1 (the event one byte smaller)", n)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	dl := e.read(dlqTopic)
+	checkHeadersBounded(t, dl)
+	if len(dl) != 1 || string(dl[0].Key) != "OVER-1" || header(dl[0], processor.HeaderReason) != processor.ReasonTooLarge {
+		t.Fatalf("dead letters: want one, OVER-1, too-large; got %d", len(dl))
+	}
+	if msg := header(dl[0], processor.HeaderError); !strings.Contains(msg, "ledger entry") || !strings.Contains(msg, "maxRecordBytes") {
+		t.Errorf("projector-error %q does not say that the ledger entry would outgrow the limit", msg)
+	}
+	intents := e.read("case-events.effects")
+	if len(intents) != 1 || string(intents[0].Key) != "notify:FITS-1:v1" {
+		var keys []string
+		for _, r := range intents {
+			keys = append(keys, string(r.Key))
+		}
+		t.Fatalf("intents produced for %v, want only notify:FITS-1:v1", keys)
+	}
+	t.Logf("payload %d bytes: intent record %d bytes, ledger entry up to %d: applied; one byte more: too-large",
+		lo, len(intents[0].Key)+len(intents[0].Value), ledgerRecord(fits))
 }

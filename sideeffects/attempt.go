@@ -28,7 +28,7 @@ func (r *Runner) runnable(e effect.Entry) (time.Time, bool) {
 			// that stopped from one that goes on): not before it is over.
 			due := e.NextAttempt
 			if n := len(e.History); n > 0 {
-				if d := e.History[n-1].Start.Add(eff.Timeout + DeadlineMargin); d.After(due) {
+				if d := r.callOver(eff, e.History[n-1]).Add(DeadlineMargin); d.After(due) {
 					due = d
 				}
 			}
@@ -36,6 +36,21 @@ func (r *Runner) runnable(e effect.Entry) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// callOver is when attempt a's call has been cancelled at the latest: the
+// later of the deadline its Runner recorded when it started it and the one
+// this Runner's configuration gives (its start plus the start allowance
+// plus the effect's timeout). The recorded one is what the call ran under,
+// whatever the configuration is now (a rolling restart may have lowered the
+// timeout); an attempt of an older version recorded none, and its call was
+// cancelled at its start plus the timeout of its day.
+func (r *Runner) callOver(eff Effect, a effect.Attempt) time.Time {
+	d := a.Start.Add(r.cfg.StartAllowance + eff.Timeout)
+	if a.Deadline.After(d) {
+		d = a.Deadline
+	}
+	return d
 }
 
 // process runs one attempt of key, if the ledger says it is due.
@@ -57,20 +72,45 @@ func (r *Runner) process(ctx context.Context, key string) error {
 			return nil
 		}
 	}
+	e, ok, err := r.start(key)
+	if err != nil || !ok {
+		return err
+	}
+	// The in-flight mark is committed: from here on a crash means unknown.
+	r.changed(e)
+	eff := r.cfg.Effects[e.Effect]
+	a := e.History[len(e.History)-1]
+	// The call gets its whole timeout from now, and must be over by the
+	// attempt's recorded deadline, which is what a Runner elsewhere waits
+	// for before it retries an unknown outcome of this attempt. If the
+	// commit left too little time for that, the call is not made.
+	now := r.cfg.Now()
+	if left := a.Deadline.Sub(now); left < eff.Timeout {
+		return r.withdraw(slot, e, fmt.Sprintf("the in-flight mark took %s to commit (start allowance %s): %s of the attempt's time left, less than its timeout %s",
+			now.Sub(a.Start).Round(time.Millisecond), a.Deadline.Sub(a.Start)-eff.Timeout, max(left, 0).Round(time.Millisecond), eff.Timeout))
+	}
+	res := r.call(ctx, eff, e)
+	if res.NotSent {
+		return r.withdraw(slot, e, fmt.Sprintf("the request was not sent: %v", res.Err))
+	}
+	r.called(key)
+	return r.record(slot, key, eff, e.Attempts, res)
+}
 
-	var (
-		e     effect.Entry
-		start bool
-		later time.Time
-	)
+// start marks key in-flight if the ledger says it is due, recording the
+// attempt's deadline (its start plus the key's start allowance plus the
+// effect's timeout), and commits that; ok reports whether it did. A key not
+// yet due is scheduled for when it is.
+func (r *Runner) start(key string) (e effect.Entry, ok bool, err error) {
+	var later time.Time
 	err = r.cfg.Store.Update(func(l *effect.Ledger) error {
-		start, later = false, time.Time{}
-		cur, ok, err := l.Get(key)
-		if err != nil || !ok {
+		ok, later = false, time.Time{}
+		cur, found, err := l.Get(key)
+		if err != nil || !found {
 			return err
 		}
-		due, ok := r.runnable(cur)
-		if !ok {
+		due, run := r.runnable(cur)
+		if !run {
 			return nil
 		}
 		now := r.cfg.Now()
@@ -78,50 +118,62 @@ func (r *Runner) process(ctx context.Context, key string) error {
 			later = due
 			return nil
 		}
-		e, err = l.Start(key, now)
-		start = err == nil
+		e, err = l.StartUntil(key, now, now.Add(r.allowance(key)+r.cfg.Effects[cur.Effect].Timeout))
+		ok = err == nil
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("sideeffects: start %q: %w", key, err)
+		return effect.Entry{}, false, fmt.Errorf("sideeffects: start %q: %w", key, err)
 	}
 	if !later.IsZero() {
 		r.schedule(key, later)
 	}
-	if !start {
-		return nil
-	}
-	// The in-flight mark is committed: from here on a crash means unknown.
-	r.changed(e)
-	eff := r.cfg.Effects[e.Effect]
-	in, perr := effect.ParseIntent(e.Intent)
-	if perr != nil {
+	return e, ok, nil
+}
+
+// call calls e's effect, for its whole timeout from now. Not cancelled
+// with ctx: a shutdown or a revoke lets the call finish rather than
+// manufacture an unknown outcome.
+func (r *Runner) call(ctx context.Context, eff Effect, e effect.Entry) effect.Result {
+	in, err := effect.ParseIntent(e.Intent)
+	if err != nil {
 		in = effect.Intent{Key: e.Key, Effect: e.Effect, Value: e.Intent}
 	}
-	// Not cancelled with ctx: a shutdown or a revoke lets the call finish
-	// rather than manufacture an unknown outcome. It is bounded by the
-	// attempt's deadline, which is what a Runner elsewhere waits for before
-	// it retries an unknown outcome of this attempt.
-	deadline := e.History[len(e.History)-1].Start.Add(eff.Timeout)
-	callCtx, cancelCall := context.WithTimeout(context.WithoutCancel(ctx), deadline.Sub(r.cfg.Now()))
-	res := eff.Caller.Call(callCtx, in, e.Intent)
-	cancelCall()
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eff.Timeout)
+	defer cancel()
+	return eff.Caller.Call(callCtx, in, e.Intent)
+}
 
+// record records the result of attempt n of key. If that fails (the
+// partition was revoked while the call ran, or the store failed), the
+// outcome is handed over in this process and reported to the partition's
+// next owner.
+func (r *Runner) record(slot *Slot, key string, eff Effect, n int, res effect.Result) error {
 	// One decision (its backoff is random): recorded here, or reported to
 	// the partition's next owner if the record fails.
-	a, to, next := r.outcome(eff, e.Attempts, res)
+	a, to, next := r.outcome(eff, n, res)
 	var done effect.Entry
-	err = r.cfg.Store.Update(func(l *effect.Ledger) (err error) {
+	err := r.cfg.Store.Update(func(l *effect.Ledger) (err error) {
 		done, err = l.Record(key, a, to, next)
 		return err
 	})
 	if err != nil {
-		// The partition was revoked while the call ran, or the store
-		// failed. The outcome is real: if this process gets the partition
-		// back, its next Runner records it rather than calling again.
-		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: e.Attempts, Result: res})
+		// The outcome is real: if this process gets the partition back,
+		// its next Runner records it rather than calling again.
+		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: n, Result: res})
 		if r.cfg.Report != nil {
-			r.cfg.Report(key, e.Attempts, a, to, next)
+			r.cfg.Report(key, n, a, to, next)
+		}
+		if errors.Is(err, effect.ErrIllegalTransition) {
+			// The ledger has moved on while the call ran: the partition's
+			// next owner recovered the attempt (seen here in a restore),
+			// or a report on the effects topic settled it. The report
+			// reaches whoever holds the attempt now; this Runner goes on,
+			// since it re-reads every decision from the ledger – a record
+			// cannot stop the partition's execution.
+			r.cfg.Logger.Warn("the outcome of a call was not recorded: the ledger has moved on; reported", "key", key,
+				"attempt", n, "outcome", res.Outcome, "err", err)
+			return nil
 		}
 		return fmt.Errorf("sideeffects: record %q: %w", key, err)
 	}
@@ -132,9 +184,10 @@ func (r *Runner) process(ctx context.Context, key string) error {
 	return nil
 }
 
-// settle records the outcome an earlier Runner handed over, if the ledger
-// still waits for it (the entry is in-flight or unknown at the orphan's
-// attempt), and reports whether it did. A stale orphan is dropped.
+// settle records the outcome an earlier Runner handed over (or withdraws
+// the attempt it handed over withdrawn), if the ledger still waits for it
+// (the entry is in-flight or unknown at the orphan's attempt), and reports
+// whether it did. A stale orphan is dropped.
 func (r *Runner) settle(key string, o Orphan) (bool, error) {
 	var (
 		done  effect.Entry
@@ -152,8 +205,13 @@ func (r *Runner) settle(key string, o Orphan) (bool, error) {
 			stale = fmt.Errorf("sideeffects: effect %q is not this Runner's", cur.Effect)
 			return nil
 		}
-		a, to, next := r.outcome(eff, o.N, o.Result)
-		done, err = l.Settle(key, o.N, a, to, next)
+		if o.Withdrawn {
+			now := r.cfg.Now()
+			done, err = l.Withdraw(key, o.N, o.Start, now, now)
+		} else {
+			a, to, next := r.outcome(eff, o.N, o.Result)
+			done, err = l.Settle(key, o.N, a, to, next)
+		}
 		if errors.Is(err, effect.ErrIllegalTransition) {
 			stale, err = err, nil
 		}
@@ -166,8 +224,12 @@ func (r *Runner) settle(key string, o Orphan) (bool, error) {
 		r.cfg.Logger.Info("dropped the outcome of an earlier call: the ledger has moved on", "key", key, "attempt", o.N, "reason", stale)
 		return false, nil
 	}
-	r.cfg.Logger.Info("recorded the outcome of a call made before the partition was reassigned",
-		"key", key, "attempt", o.N, "outcome", o.Result.Outcome, "status", done.Status)
+	if o.Withdrawn {
+		r.cfg.Logger.Info("withdrew an attempt whose call was never made, started before the partition was reassigned", "key", key, "attempt", o.N)
+	} else {
+		r.cfg.Logger.Info("recorded the outcome of a call made before the partition was reassigned",
+			"key", key, "attempt", o.N, "outcome", o.Result.Outcome, "status", done.Status)
+	}
 	r.changed(done)
 	if due, ok := r.runnable(done); ok {
 		r.schedule(key, due)

@@ -49,14 +49,20 @@ type Calls struct {
 	swept time.Time
 }
 
-// Orphan is the outcome of a call whose Runner could not record it.
+// Orphan is the outcome of a call whose Runner could not record it, or an
+// attempt it withdrew (never called) and could not record withdrawn.
 type Orphan struct {
 	// Scope names the ledger of the attempt (RunnerConfig.Scope).
 	Scope string
 	// N is the attempt's number in that ledger entry.
 	N      int
 	Result effect.Result
-	at     time.Time // when handed over
+	// Withdrawn: attempt N, which started at Start, was never called; the
+	// next Runner withdraws it (Ledger.Withdraw) instead of recording
+	// Result.
+	Withdrawn bool
+	Start     time.Time
+	at        time.Time // when handed over
 }
 
 // NewCalls returns an empty registry.

@@ -152,6 +152,9 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 					Store:   s,
 					Effects: map[string]Effect{"fx": {Caller: ex, Timeout: tc.timeout, OnUnknown: config.OnUnknownRetry}},
 					Backoff: quickBackoff, Calls: calls, Scope: "p0",
+					// Short, so that in "overrun" the old call outlives
+					// the attempt's recorded deadline.
+					StartAllowance: 50 * time.Millisecond,
 				})
 				if err != nil {
 					t.Fatal(err)

@@ -19,10 +19,13 @@
 //     key records it pending, every later one is a duplicate. An operator's
 //     resolve and a revoked Runner's outcome report arrive the same way, as
 //     Command records.
-//   - The partition's Runner marks a due key in-flight, and only once that
-//     is durably committed calls the effect's Caller (a webhook.Client), then
-//     records the outcome, each ledger update committed through the Worker's
-//     loop (updates.go).
+//   - The partition's Runner marks a due key in-flight, with the attempt's
+//     deadline, and only once that is durably committed calls the effect's
+//     Caller (a webhook.Client) with its whole timeout, then records the
+//     outcome, each ledger update committed through the Worker's loop
+//     (updates.go). An attempt that cannot get its whole timeout before its
+//     deadline, or whose request the Caller did not send, is withdrawn
+//     instead: it is no attempt (withdraw.go, docs/decisions/011).
 //
 // Invariants (named in docs/design.md#invariants):
 //
@@ -42,12 +45,15 @@
 //     Idempotency-Key) or parked until an operator resolves it
 //     (Ledger.Resolve, "projector effects resolve"). It is never marked failed
 //     or succeeded by the executor on its own, not even when maxAttempts is
-//     exhausted: it then stays unknown for the operator. A retry happens no
-//     sooner than the unknown attempt's deadline (its start plus the effect's
-//     timeout, plus DeadlineMargin for clock skew), and every call is
-//     cancelled at its deadline: the call it retries, made by whichever
-//     instance, has been given up by then, so a receiver is never sent a
-//     second request for a key while the first may be open
+//     exhausted: it then stays unknown for the operator. Every call is
+//     cancelled at its attempt's deadline, which the ledger records when the
+//     attempt starts (effect.Attempt.Deadline: start + start allowance +
+//     the effect's timeout), and a retry happens no sooner than that
+//     deadline – or, the later, the attempt's start plus the start allowance
+//     and the effect's timeout as configured now – plus DeadlineMargin for
+//     clock skew: the call it retries, made by whichever instance under whatever
+//     configuration, has been given up by then, so a receiver is never sent
+//     a second request for a key while the first may be open
 //     (docs/contract.md#side-effect-webhook).
 //   - ledger-is-authority: the ledger is the only authority. The Runner's
 //     in-memory schedule is a hint; every execution decision is re-read from
@@ -70,6 +76,18 @@
 //     transaction, as long as the ledger still waits for that attempt. If the
 //     report is lost, unknown-never-guessed applies: the key is retried with
 //     the same idempotency key after the attempt's deadline.
+//   - nothing-dropped-silently: every record of the effects topic – intent,
+//     command or outcome report – is applied, or dead-lettered invalid:value
+//     with the reason when it is malformed (a command is validated in full
+//     before anything of it is applied) or the ledger refuses it. Only a
+//     failure of the ledger's own store (effect.StoreFailed) stops the loop;
+//     no content of a record can (workerTask.refuse). An intent whose ledger
+//     entry could outgrow the record limit over its life
+//     (effect.MaxRecordBytes) is dead-lettered too-large before it is
+//     offered (toolarge.go): its changelog record would be refused at some
+//     transition, failing every transaction of the partition, on every
+//     restart. The processor refuses such intents; this catches the ones
+//     that did not come through it.
 //
 // Rebuild mode (docs/design.md#no-effects-in-rebuild) is the caller's
 // concern: in rebuild the processor produces no intents and no Worker runs.

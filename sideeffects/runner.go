@@ -21,9 +21,13 @@ import (
 //  0. Hold the key's slot in Calls, waiting while another Runner of this
 //     process still has a call for it; if that Runner handed its outcome
 //     over, record it (Ledger.Settle) and stop here.
-//  1. Update: re-read the entry; if it is due, Start it (→ in-flight). Commit.
-//  2. Only then call the effect, until the attempt's deadline (its start
-//     plus Effect.Timeout).
+//  1. Update: re-read the entry; if it is due, start it (→ in-flight), with
+//     its deadline recorded: its start plus the start allowance (for this
+//     commit) plus Effect.Timeout. Commit.
+//  2. Only then call the effect, with its whole Timeout from now – which
+//     ends by the recorded deadline. If less than that is left, or the
+//     Caller sent nothing, withdraw the attempt instead (back to pending,
+//     not counted; withdraw.go) and stop here.
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
 //     unknown). Commit. If that fails (the partition was revoked), hand the
 //     outcome over through Calls to the key's next Runner in this process.
@@ -31,7 +35,8 @@ import (
 //
 // A crash between 1 and 3 leaves the entry in-flight; the next Run begins
 // with Ledger.Recover, which turns it into unknown. An unknown entry is
-// retried no sooner than its last attempt's deadline plus DeadlineMargin, so
+// retried no sooner than its last attempt's deadline (the later of the
+// recorded one and what the configuration gives now) plus DeadlineMargin, so
 // that a call another instance may still be making has ended first; within
 // one process, Calls keeps Runners from overlapping whatever the clock says.
 //
@@ -43,11 +48,12 @@ type Runner struct {
 	cfg  RunnerConfig
 	wake chan struct{}
 
-	mu      sync.Mutex
-	sched   schedule
-	active  map[string]bool // keys a worker holds
-	again   map[string]bool // enqueued while active: look again when done
-	started bool
+	mu        sync.Mutex
+	sched     schedule
+	active    map[string]bool // keys a worker holds
+	again     map[string]bool // enqueued while active: look again when done
+	withdrawn map[string]int  // keys whose last attempts were withdrawn, how many in a row
+	started   bool
 }
 
 // NewRunner validates cfg and returns a Runner.
@@ -56,7 +62,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, err
 	}
 	cfg.applyDefaults()
-	return &Runner{cfg: cfg, wake: make(chan struct{}, 1), active: make(map[string]bool), again: make(map[string]bool)}, nil
+	return &Runner{cfg: cfg, wake: make(chan struct{}, 1), active: make(map[string]bool), again: make(map[string]bool),
+		withdrawn: make(map[string]int)}, nil
 }
 
 // Enqueue asks the Runner to look at key now. It never blocks and is safe

@@ -30,6 +30,11 @@ const (
 
 func quickBackoff(int) time.Duration { return time.Millisecond }
 
+// testAllowance is the start allowance of the Runners over a MemStore,
+// whose commits take no time: a short one keeps the retries of unknown
+// outcomes, which wait for it, quick.
+const testAllowance = 250 * time.Millisecond
+
 func newTestRunner(t *testing.T, store Store, rc *receiver, onUnknown string, maxAttempts, workers int) *Runner {
 	t.Helper()
 	return newTestRunnerTimeout(t, store, rc, onUnknown, maxAttempts, workers, longTimeout)
@@ -43,8 +48,9 @@ func newTestRunnerTimeout(t *testing.T, store Store, rc *receiver, onUnknown str
 			Caller:      &webhook.Client{URL: rc.srv.URL + "/notify", Timeout: timeout},
 			MaxAttempts: maxAttempts, OnUnknown: onUnknown,
 		}},
-		Workers: workers,
-		Backoff: quickBackoff,
+		Workers:        workers,
+		Backoff:        quickBackoff,
+		StartAllowance: testAllowance,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -282,8 +288,9 @@ func TestRunnerCrashRecoveryPark(t *testing.T) {
 }
 
 // TestUnknownWaitsForDeadline: an unknown outcome is retried no sooner than
-// its attempt's deadline (start + the effect's timeout + DeadlineMargin), so
-// that the call it stands for has ended: whether the attempt was left
+// its attempt's deadline (as recorded: start + the start allowance + the
+// effect's timeout; or so computed for an attempt that recorded none) plus
+// DeadlineMargin, so that the call it stands for has ended: whether the attempt was left
 // in-flight by a previous owner (recovered as unknown, NextAttempt zero) or
 // lost its connection here (the receiver may still be working on it).
 func TestUnknownWaitsForDeadline(t *testing.T) {
@@ -329,7 +336,13 @@ func TestUnknownWaitsForDeadline(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			retry := arrived[len(arrived)-1]
-			deadline := e.History[0].Start.Add(timeout + DeadlineMargin)
+			deadline := e.History[0].Deadline
+			if tc.prev { // started with no deadline recorded
+				deadline = e.History[0].Start.Add(testAllowance + timeout)
+			} else if !deadline.Equal(e.History[0].Start.Add(testAllowance + timeout)) {
+				t.Fatalf("attempt 1 recorded deadline %v, want its start %v + %v + %v", deadline, e.History[0].Start, testAllowance, timeout)
+			}
+			deadline = deadline.Add(DeadlineMargin)
 			if retry.Before(deadline) {
 				t.Fatalf("retried %v before the unknown attempt's deadline", deadline.Sub(retry))
 			}
@@ -337,30 +350,37 @@ func TestUnknownWaitsForDeadline(t *testing.T) {
 				t.Fatalf("attempt 2 started at %v, deadline %v", e.History[1].Start, deadline)
 			}
 			t.Logf("attempt 1 at %s, retry %v after it (deadline %v after it)", e.History[0].Start.Format(time.StampMilli),
-				retry.Sub(e.History[0].Start).Round(time.Millisecond), timeout+DeadlineMargin)
+				retry.Sub(e.History[0].Start).Round(time.Millisecond), deadline.Sub(e.History[0].Start))
 		})
 	}
 }
 
-// The call is bounded by the attempt's deadline as the ledger records it
-// (start + Effect.Timeout), not by the executor's own, possibly longer
-// timeout counted from a later moment: the deadline is what another Runner
-// waits for before it retries.
+// The ledger records the attempt's deadline, start + StartAllowance +
+// Effect.Timeout, before the call; the call gets its whole timeout from
+// when it starts and never runs past the recorded deadline, which is what
+// another Runner waits for before it retries.
 func TestCallBoundedByDeadline(t *testing.T) {
+	const timeout, allowance = 250 * time.Millisecond, time.Second
 	store := sideeffectstest.NewMemStore()
-	var deadline time.Time
+	var deadline, began time.Time
 	var bounded bool
 	probe := callerFunc(func(ctx context.Context, in effect.Intent, body []byte) effect.Result {
+		began = time.Now()
 		deadline, bounded = ctx.Deadline()
 		return effect.Result{Outcome: effect.OutcomeSucceeded}
 	})
-	r, _ := NewRunner(RunnerConfig{Store: store, Effects: map[string]Effect{"fx": {Caller: probe, Timeout: 250 * time.Millisecond}}})
+	r, _ := NewRunner(RunnerConfig{Store: store, StartAllowance: allowance, Effects: map[string]Effect{"fx": {Caller: probe, Timeout: timeout}}})
 	runRunner(t, r)
 	r.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value)
 	e := waitStatus(t, store, "k", effect.Succeeded)
-	// Not to the nanosecond: the Runner reads its clock twice.
-	if want := e.History[0].Start.Add(250 * time.Millisecond); !bounded || deadline.Sub(want).Abs() > 50*time.Millisecond {
-		t.Fatalf("call deadline %v (set %v), want the attempt's start + timeout %v", deadline, bounded, want)
+	a := e.History[0]
+	if want := a.Start.Add(allowance + timeout); !a.Deadline.Equal(want) {
+		t.Fatalf("recorded deadline %v, want start + allowance + timeout %v", a.Deadline, want)
+	}
+	// Not to the nanosecond: the Runner reads its clock, then calls.
+	if left := deadline.Sub(began); !bounded || deadline.After(a.Deadline) || left > timeout || left < timeout-50*time.Millisecond {
+		t.Fatalf("call deadline %v (set %v), %v after the call began; want its whole timeout %v, by the recorded deadline %v",
+			deadline, bounded, left, timeout, a.Deadline)
 	}
 }
 
@@ -488,4 +508,365 @@ func TestRunnerConfig(t *testing.T) {
 	if err := r.Run(context.Background()); err == nil {
 		t.Fatal("second Run accepted")
 	}
+}
+
+// fakeClock is a Runner's injected clock, moved by the test.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// TestUnknownWaitsForRecordedDeadline: an instance whose webhook timeout
+// was 30 s started attempt 1 of a key and stopped (a rolling restart that
+// lowers the timeout to 5 s); the next owner recovers the attempt as
+// unknown. Its call may run until the deadline the ledger recorded for it,
+// start + 30 s, so the retry waits for the later of that and the current
+// rule (start + start allowance + timeout), plus DeadlineMargin – on the
+// injected clock – and an attempt of an older version, with no recorded
+// deadline, falls back to the current rule
+// (docs/design.md#one-call-in-flight-per-key).
+func TestUnknownWaitsForRecordedDeadline(t *testing.T) {
+	const timeout, allowance = 5 * time.Second, 2 * time.Second
+	for _, tc := range []struct {
+		name     string
+		recorded time.Duration // 0: none recorded
+		due      time.Duration // after the start
+	}{
+		{name: "recorded start+30s, timeout now 5s", recorded: 30 * time.Second, due: 30*time.Second + DeadlineMargin},
+		{name: "recorded start+2s, timeout now 5s", recorded: 2 * time.Second, due: allowance + timeout + DeadlineMargin},
+		{name: "none recorded", due: allowance + timeout + DeadlineMargin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := sideeffectstest.NewMemStore()
+			if err := store.Update(func(l *effect.Ledger) error {
+				l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+				var deadline time.Time
+				if tc.recorded > 0 {
+					deadline = t0.Add(tc.recorded)
+				}
+				if _, err := l.StartUntil("k", t0, deadline); err != nil {
+					return err
+				}
+				_, err := l.Recover(t0.Add(time.Second))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			clock := &fakeClock{}
+			var calls atomic.Int32
+			probe := callerFunc(func(context.Context, effect.Intent, []byte) effect.Result {
+				calls.Add(1)
+				return effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 200}
+			})
+			r, err := NewRunner(RunnerConfig{Store: store, Now: clock.Now, Backoff: quickBackoff, StartAllowance: allowance,
+				Effects: map[string]Effect{"fx": {Caller: probe, Timeout: timeout, OnUnknown: config.OnUnknownRetry}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, at := range []time.Duration{timeout + DeadlineMargin, 10 * time.Second, 30 * time.Second, tc.due - time.Nanosecond} {
+				if at >= tc.due {
+					continue
+				}
+				clock.Set(t0.Add(at))
+				if err := r.process(context.Background(), "k"); err != nil {
+					t.Fatal(err)
+				}
+				if n := calls.Load(); n != 0 {
+					t.Fatalf("retried at start+%s, before start+%s", at, tc.due)
+				}
+				if e := entry(t, store, "k"); e.Status != effect.Unknown || e.Attempts != 1 {
+					t.Fatalf("at start+%s: entry %v after %d attempts", at, e.Status, e.Attempts)
+				}
+			}
+			clock.Set(t0.Add(tc.due))
+			if err := r.process(context.Background(), "k"); err != nil {
+				t.Fatal(err)
+			}
+			if e := entry(t, store, "k"); calls.Load() != 1 || e.Status != effect.Succeeded || e.Attempts != 2 {
+				t.Fatalf("at start+%s: %d calls, entry %v after %d attempts; want the retry", tc.due, calls.Load(), e.Status, e.Attempts)
+			}
+		})
+	}
+}
+
+// slowStartStore is a MemStore whose commit of an in-flight mark takes
+// delay (a slow Kafka transaction or Pebble sync): Update returns that much
+// after fn ran – after the attempt's start was taken – when fn left an
+// entry in-flight, and at once otherwise.
+type slowStartStore struct {
+	*sideeffectstest.MemStore
+	delay func() time.Duration
+}
+
+func (s slowStartStore) Update(fn func(*effect.Ledger) error) error {
+	started := false
+	err := s.MemStore.Update(func(l *effect.Ledger) error {
+		if err := fn(l); err != nil {
+			return err
+		}
+		es, err := l.List(effect.InFlight)
+		started = len(es) > 0
+		return err
+	})
+	if err == nil && started {
+		time.Sleep(s.delay())
+	}
+	return err
+}
+
+// TestSlowStartCommitStillCalls: the commit of the in-flight mark takes
+// twice the webhook timeout. The receiver must still get the call, with
+// its whole timeout from the moment the call can start, and the key
+// succeed at its first attempt. Before issue 22's fix the attempt's
+// deadline ran from inside the transaction, every call went out with an
+// expired context, each counted as an attempt, and the key was failed
+// after maxAttempts with no request at the receiver (defect 3).
+func TestSlowStartCommitStillCalls(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	rc := newReceiver(t, nil)
+	store := slowStartStore{MemStore: sideeffectstest.NewMemStore(), delay: func() time.Duration { return 2 * timeout }}
+	var mu sync.Mutex
+	var left []time.Duration // of the call's timeout, when it started
+	wh := &webhook.Client{URL: rc.srv.URL, Timeout: timeout}
+	probe := callerFunc(func(ctx context.Context, in effect.Intent, body []byte) effect.Result {
+		if d, ok := ctx.Deadline(); ok {
+			mu.Lock()
+			left = append(left, time.Until(d))
+			mu.Unlock()
+		}
+		return wh.Call(ctx, in, body)
+	})
+	r, err := NewRunner(RunnerConfig{Store: store, Backoff: quickBackoff,
+		Effects: map[string]Effect{"fx": {Caller: probe, Timeout: timeout, MaxAttempts: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRunner(t, r)
+	if _, _, err := r.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value); err != nil {
+		t.Fatal(err)
+	}
+	var e effect.Entry
+	waitFor(t, "k to settle", func() bool {
+		e = entry(t, store.MemStore, "k")
+		return e.Status.Terminal()
+	})
+	req, _ := rc.counts("k")
+	mu.Lock()
+	defer mu.Unlock()
+	if e.Status != effect.Succeeded || e.Attempts != 1 || req != 1 {
+		t.Fatalf("key %v after %d attempts, %d requests at the receiver; want succeeded after 1 attempt, 1 request; history %+v",
+			e.Status, e.Attempts, req, e.History)
+	}
+	// Not to the nanosecond: the clock is read twice.
+	if len(left) != 1 || left[0] < timeout-50*time.Millisecond {
+		t.Fatalf("the call started with %v of its %v timeout left", left, timeout)
+	}
+}
+
+// changes records the entries a Runner reports (RunnerConfig.OnChange).
+type changes struct {
+	mu sync.Mutex
+	es []effect.Entry
+}
+
+func (c *changes) add(e effect.Entry) {
+	c.mu.Lock()
+	c.es = append(c.es, e)
+	c.mu.Unlock()
+}
+
+// withdrawals counts the withdrawals of a key's first attempt among them:
+// a return to pending with no attempt counted.
+func (c *changes) withdrawals() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.es {
+		if e.Status == effect.Pending && e.Attempts == 0 && len(e.History) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSlowStartCommitWithdraws: every commit of an in-flight mark takes
+// longer than the start allowance. The attempts it leaves too little time
+// are withdrawn, not called and not counted, and each withdrawal doubles
+// the key's allowance until the commit fits: the key is then called once,
+// with its whole timeout, and succeeds at attempt 1 – even with
+// maxAttempts 1.
+func TestSlowStartCommitWithdraws(t *testing.T) {
+	const timeout, allowance, commit = time.Second, 100 * time.Millisecond, 300 * time.Millisecond
+	rc := newReceiver(t, nil)
+	store := slowStartStore{MemStore: sideeffectstest.NewMemStore(), delay: func() time.Duration { return commit }}
+	var ch changes
+	r, err := NewRunner(RunnerConfig{Store: store, Backoff: quickBackoff, StartAllowance: allowance, OnChange: ch.add,
+		Effects: map[string]Effect{"fx": {Caller: &webhook.Client{URL: rc.srv.URL, Timeout: timeout}, Timeout: timeout, MaxAttempts: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRunner(t, r)
+	r.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value)
+	var e effect.Entry
+	waitFor(t, "k to settle", func() bool {
+		e = entry(t, store.MemStore, "k")
+		return e.Status.Terminal()
+	})
+	req, _ := rc.counts("k")
+	// 100 ms and 200 ms are too little for a 300 ms commit, 400 ms is enough.
+	if e.Status != effect.Succeeded || e.Attempts != 1 || len(e.History) != 1 || req != 1 || ch.withdrawals() != 2 {
+		t.Fatalf("%v after %d attempts (history %+v), %d requests, %d withdrawals; want succeeded after 1 attempt, 1 request, 2 withdrawals",
+			e.Status, e.Attempts, e.History, req, ch.withdrawals())
+	}
+	if a := e.History[0]; !a.Deadline.Equal(a.Start.Add(4*allowance + timeout)) {
+		t.Fatalf("the called attempt's deadline is start + %v, want start + %v", a.Deadline.Sub(a.Start), 4*allowance+timeout)
+	}
+}
+
+// TestNotSentIsNoAttempt: a Caller whose request never left
+// (effect.Result.NotSent) has made no attempt: the Runner withdraws it and
+// calls again, so a key with maxAttempts 1 still succeeds at attempt 1.
+func TestNotSentIsNoAttempt(t *testing.T) {
+	store := sideeffectstest.NewMemStore()
+	var calls atomic.Int32
+	probe := callerFunc(func(context.Context, effect.Intent, []byte) effect.Result {
+		if calls.Add(1) <= 2 {
+			return effect.Result{Outcome: effect.OutcomeRetryable, NotSent: true, Err: errors.New("not sent")}
+		}
+		return effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 200}
+	})
+	r, err := NewRunner(RunnerConfig{Store: store, Backoff: quickBackoff, StartAllowance: testAllowance,
+		Effects: map[string]Effect{"fx": {Caller: probe, MaxAttempts: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRunner(t, r)
+	r.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value)
+	e := waitStatus(t, store, "k", effect.Succeeded)
+	if e.Attempts != 1 || len(e.History) != 1 || calls.Load() != 3 {
+		t.Fatalf("succeeded after %d attempts (history %+v), %d calls; want 1 attempt, 3 calls", e.Attempts, e.History, calls.Load())
+	}
+}
+
+// TestWithdrawalHandedOver: the partition is revoked while the commit of
+// an in-flight mark is slow, so the Runner that withdraws the attempt
+// cannot record the withdrawal. It hands it over (and reports it); the
+// partition's next Runner in the process withdraws the attempt rather than
+// take it for an unknown outcome – which it would wait for and retry as a
+// second attempt – and calls the key once.
+func TestWithdrawalHandedOver(t *testing.T) {
+	const timeout, allowance = time.Second, 100 * time.Millisecond
+	rc := newReceiver(t, nil)
+	mem := sideeffectstest.NewMemStore()
+	calls := NewCalls()
+	slowing := make(chan struct{})
+	var first sync.Once
+	old := &revocableStore{MemStore: mem}
+	slow := slowStartStore{MemStore: mem, delay: func() time.Duration {
+		first.Do(func() { close(slowing) })
+		return 3 * allowance
+	}}
+	var reported atomic.Int32
+	newRunner := func(s Store) *Runner {
+		r, err := NewRunner(RunnerConfig{Store: s, Backoff: quickBackoff, StartAllowance: allowance, Calls: calls, Scope: "p0",
+			ReportWithdrawal: func(key string, n int, start, next time.Time) {
+				if key == "k" && n == 1 && !start.IsZero() {
+					reported.Add(1)
+				}
+			},
+			Effects: map[string]Effect{"fx": {Caller: &webhook.Client{URL: rc.srv.URL, Timeout: timeout}, Timeout: timeout,
+				OnUnknown: config.OnUnknownRetry}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// The first Runner's commits are slow, and refused once it is revoked.
+	r1 := newRunner(storeFunc{update: func(fn func(*effect.Ledger) error) error {
+		if old.revoked.Load() {
+			return ErrRevoked
+		}
+		return slow.Update(fn)
+	}, view: mem.View})
+	ctx, revoke := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r1.Run(ctx) }()
+	if _, _, err := r1.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value); err != nil {
+		t.Fatal(err)
+	}
+	<-slowing // attempt 1 is committed; its Runner does not know yet
+	old.revoked.Store(true)
+	revoke()
+	<-done // once its attempts are over: the withdrawal handed over
+	if e := entry(t, mem, "k"); e.Status != effect.InFlight || e.Attempts != 1 {
+		t.Fatalf("after the revoke: %v at attempt %d, want in-flight at 1 (the withdrawal not recorded)", e.Status, e.Attempts)
+	}
+	r2 := newRunner(&revocableStore{MemStore: mem})
+	runRunner(t, r2)
+	e := waitStatus(t, mem, "k", effect.Succeeded)
+	req, _ := rc.counts("k")
+	if e.Attempts != 1 || len(e.History) != 1 || req != 1 || reported.Load() != 1 {
+		t.Fatalf("succeeded after %d attempts (history %+v), %d requests, withdrawal reported %d times; want 1, 1, 1",
+			e.Attempts, e.History, req, reported.Load())
+	}
+}
+
+// storeFunc is a Store made of functions.
+type storeFunc struct {
+	update func(func(*effect.Ledger) error) error
+	view   func(func(*effect.Ledger) error) error
+}
+
+func (s storeFunc) Update(fn func(*effect.Ledger) error) error { return s.update(fn) }
+func (s storeFunc) View(fn func(*effect.Ledger) error) error   { return s.view(fn) }
+
+// TestRunnerOutlivesAttemptSettledUnderIt: while a call runs, a record on
+// the effects topic (a well-formed executor report, here applied to the
+// ledger directly) settles its attempt. The Runner cannot record the
+// call's outcome – the ledger has moved on – and must go on executing the
+// partition's other keys rather than stop.
+func TestRunnerOutlivesAttemptSettledUnderIt(t *testing.T) {
+	store := sideeffectstest.NewMemStore()
+	calling, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	probe := callerFunc(func(_ context.Context, in effect.Intent, _ []byte) effect.Result {
+		if in.Key == "k1" {
+			first.Do(func() { close(calling) })
+			<-release
+		}
+		return effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 200}
+	})
+	r, err := NewRunner(RunnerConfig{Store: store, Backoff: quickBackoff, StartAllowance: testAllowance,
+		Effects: map[string]Effect{"fx": {Caller: probe}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runRunner(t, r)
+	r.Offer(sideeffectstest.Intent(t, "k1", "fx", "p").Value)
+	<-calling
+	if err := store.Update(func(l *effect.Ledger) error {
+		_, err := l.Settle("k1", 1, effect.Attempt{StatusCode: 500}, effect.Failed, time.Time{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	r.Offer(sideeffectstest.Intent(t, "k2", "fx", "p").Value)
+	waitStatus(t, store, "k2", effect.Succeeded)
+	if e := entry(t, store, "k1"); e.Status != effect.Failed {
+		t.Fatalf("k1: %v, want the settled failed to stand", e.Status)
+	}
+	stop() // Run returns nil
 }

@@ -43,16 +43,19 @@ type Effect struct {
 	MaxAttempts int
 	// OnUnknown is effect.OnUnknownRetry (default) or effect.OnUnknownPark.
 	OnUnknown string
-	// Timeout bounds one call: the Runner cancels it at the attempt's start
-	// (as recorded in the ledger) plus Timeout, and retries an unknown
-	// outcome no sooner than that deadline plus DeadlineMargin. Zero takes
+	// Timeout bounds one call, from when it is made: the Runner records the
+	// attempt's deadline, its start plus RunnerConfig.StartAllowance plus
+	// Timeout, in the ledger before the call, makes the call only if the
+	// whole Timeout fits before that deadline, and retries an unknown
+	// outcome no sooner than the later of the recorded deadline and what the
+	// allowance and Timeout it has now give, plus DeadlineMargin. Zero takes
 	// the caller's own timeout if it is a *webhook.Client with one, else
 	// webhook.DefaultTimeout.
 	Timeout time.Duration
 }
 
-// DeadlineMargin is added to an attempt's deadline (its start plus the
-// effect's Timeout) before its unknown outcome may be retried. The start was
+// DeadlineMargin is added to an attempt's deadline (see Effect.Timeout)
+// before its unknown outcome may be retried. The deadline was
 // read from the clock of the instance that made the call, and the retry is
 // decided by another instance's clock after a rebalance or a crash; hosts
 // kept by NTP agree to within milliseconds, so a second covers their skew,
@@ -103,6 +106,19 @@ type RunnerConfig struct {
 	// sends it to the partition's next owner, in whatever process, which
 	// records it instead of calling the key again (Command op "outcome").
 	Report func(key string, n int, a effect.Attempt, to effect.Status, next time.Time)
+	// ReportWithdrawal, if set, is told of attempt n of key (started at
+	// start) that the Runner withdrew – it never called it – but could not
+	// record withdrawn: the worker sends it to the partition's next owner
+	// like Report (Command op "withdraw").
+	ReportWithdrawal func(key string, n int, start, next time.Time)
+	// StartAllowance is the time the commit of an attempt's in-flight mark
+	// may take; default DefaultStartAllowance. An attempt's deadline,
+	// recorded when it starts, is its start plus StartAllowance plus the
+	// effect's Timeout; a call that cannot have its whole Timeout before
+	// that deadline once the mark is committed is not made, and its attempt
+	// is withdrawn (not counted). Each withdrawal in a row doubles the
+	// key's allowance, up to 16 times.
+	StartAllowance time.Duration
 }
 
 // Validate reports a configuration the Runner cannot work with.
@@ -113,6 +129,9 @@ func (c *RunnerConfig) Validate() error {
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("sideeffects: RunnerConfig.Workers must not be negative, got %d", c.Workers))
+	}
+	if c.StartAllowance < 0 {
+		errs = append(errs, fmt.Errorf("sideeffects: RunnerConfig.StartAllowance must not be negative, got %s", c.StartAllowance))
 	}
 	for name, e := range c.Effects {
 		if e.Caller == nil {
@@ -135,6 +154,9 @@ func (c *RunnerConfig) Validate() error {
 func (c *RunnerConfig) applyDefaults() {
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
+	}
+	if c.StartAllowance == 0 {
+		c.StartAllowance = DefaultStartAllowance
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -110,15 +110,28 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 // worker's loop.
 type taskStore workerTask
 
+// Update queues fn for the loop's next transaction and waits for its
+// answer. Whether the request may still be queued is decided under w.mu,
+// where Revoked and failRequests take the queue: a request queued there is
+// answered by them or by Begin, and once either has run for this task, none
+// is queued (a request queued after failRequests would wait for ever, and
+// Worker.Run with it, for its Runner).
 func (s *taskStore) Update(fn func(*effect.Ledger) error) error {
-	if s.revoked.Load() {
+	w := s.w
+	r := &request{wt: (*workerTask)(s), fn: fn, reply: make(chan error, 1)}
+	w.hook(hookEnqueue)
+	w.mu.Lock()
+	switch {
+	case w.stopped:
+		w.mu.Unlock()
+		return errLoopStopped
+	case s.revoked.Load():
+		w.mu.Unlock()
 		return ErrRevoked
 	}
-	r := &request{wt: (*workerTask)(s), fn: fn, reply: make(chan error, 1)}
-	s.w.mu.Lock()
-	s.w.requests = append(s.w.requests, r)
-	s.w.mu.Unlock()
-	s.w.loop.Wake()
+	w.requests = append(w.requests, r)
+	w.mu.Unlock()
+	w.loop.Wake()
 	return <-r.reply
 }
 

@@ -3,6 +3,8 @@ package sideeffects_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +29,15 @@ import (
 //
 // b must not start K before a's transaction resolved and a's call deadline
 // passed: until then the ledger b may trust says nothing of K's attempt.
+// What holds b back is the broker: a's transaction carries an offset of the
+// executor group for K's partition (the fence every state-changing
+// transaction adds, internal/runtime/eos/fence.go), so b's offset fetch
+// (require_stable, KIP-447) is answered UNSTABLE_OFFSET_COMMIT until a's
+// transaction resolves, and b verifies – restores, starts its Runner – only
+// after that. The test injects no answer: it holds a's EndTxn, and listens
+// to b's client for the UNSTABLE_OFFSET_COMMIT answers. (Until issue 22 it
+// answered b's fetches UNSTABLE_OFFSET_COMMIT itself, and passed with the
+// fence removed.)
 // Before fd42fd9 b started its Runner at the first restore, saw K pending
 // and started it at once, a second before a's transaction committed its own
 // Start of K: two starts of one attempt, two requests at once. Afterwards
@@ -69,7 +80,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	txnA := fxName + "-executor-a"
 	var seen atomic.Int32
 	held, release := make(chan time.Time, 1), make(chan struct{})
-	var holding, released atomic.Bool
+	var released atomic.Bool
 	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		r := req.(*kmsg.EndTxnRequest)
 		if r.TransactionalID != txnA || !r.Commit || released.Load() {
@@ -78,24 +89,10 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 		if n := seen.Add(1); n < 2 {
 			return nil, nil, false
 		} else if n == 2 {
-			holding.Store(true)
 			held <- time.Now()
 		}
 		c.SleepControl(func() { <-release })
 		return nil, nil, false // then handled as usual: it commits
-	})
-	// While a's transaction is open, the group's offset fetches are
-	// unstable (KIP-447), as the broker answers when that transaction
-	// carries offsets for the group. With fd42fd9 every state-changing
-	// transaction does (its fence), so the broker says so by itself; before
-	// it, only one that also consumed intents did – common under load, but
-	// not in this quiet test, so the broker is told to answer as it would.
-	c.ControlKey(int16(kmsg.OffsetFetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if !holding.Load() || released.Load() {
-			return nil, nil, false
-		}
-		c.KeepControl()
-		return unstableOffsets(req.(*kmsg.OffsetFetchRequest)), nil, true
 	})
 	t.Cleanup(func() {
 		if released.CompareAndSwap(false, true) {
@@ -112,12 +109,30 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 		t.Fatal("a never sent the EndTxn of its Start of the late key")
 	}
 
-	b := startFxWorker(t, opts("b"))
+	// b's client reports what the broker answers its offset fetches; the
+	// test only listens.
+	unstable := &unstableAnswers{}
+	b := startFxWorker(t, opts("b", kgo.WithLogger(unstable)))
 	waitFor(t, 30*time.Second, "b to be assigned both partitions", func() bool { return len(b.w.Stats().Assigned()) == 2 })
 	assignedB := time.Since(heldAt)
-	// Give b every chance to start the key early, then let a's
-	// transaction through (well within its transaction timeout).
-	time.Sleep(time.Second)
+	// Hold a's transaction until b has been answered UNSTABLE_OFFSET_COMMIT
+	// twice (kgo asks again after 1 s: b waited that long with K's
+	// partition assigned), or b called the late key, or 8 s passed – well
+	// within a's transaction timeout. Then let a's transaction through.
+	// Without offsets of the group in a's transaction b's fetch is stable at
+	// once: b goes on to verify its tasks (its restore then waits for the
+	// changelog's last stable offset, a second guard) and is never told.
+	err := testkit.WaitFor(context.Background(), 8*time.Second, func() bool {
+		if unstable.count() >= 2 {
+			return true
+		}
+		calls, _, _ := rc.snapshot()
+		return slices.ContainsFunc(calls, func(c fxCall) bool { return c.by == "b" && c.key == lateKey })
+	})
+	unstableWhileHeld := unstable.count()
+	if unstableWhileHeld == 0 {
+		t.Errorf("the broker never answered b's offset fetch with UNSTABLE_OFFSET_COMMIT while a's transaction was open (waited: %v): a's transaction carried no offsets for the group (its fence, internal/runtime/eos/fence.go)", err)
+	}
 	released.Store(true)
 	close(release)
 	releaseAt := time.Now()
@@ -190,44 +205,28 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	})
 	_, _, notOnce := checkExactlyOnce(t, append(keys, lateKey), final, rc)
 	mismatched := checkStoreAgrees(t, b, log)
-	t.Logf("a's EndTxn with Start(%s) held %s; b assigned at hold+%s; %s (deadline hold+%s); %s; a's Run returned %v; b's calls before a's transaction resolved %d, before a's call deadline %d; illegal ledger transitions %d, keys not executed exactly once %d, b's Pebble entries disagreeing with the changelog %d",
+	t.Logf("a's EndTxn with Start(%s) held %s; b assigned at hold+%s; %s (deadline hold+%s); %s; a's Run returned %v; b's offset fetches answered UNSTABLE_OFFSET_COMMIT while a's transaction was held %d; b's calls before a's transaction resolved %d, before a's call deadline %d; illegal ledger transitions %d, keys not executed exactly once %d, b's Pebble entries disagreeing with the changelog %d",
 		lateKey, releaseAt.Sub(heldAt).Round(100*time.Millisecond), assignedB.Round(100*time.Millisecond), aCalled, since(deadline),
-		bFirst, errA, beforeVerified, beforeDeadline, illegal, notOnce, mismatched)
+		bFirst, errA, unstableWhileHeld, beforeVerified, beforeDeadline, illegal, notOnce, mismatched)
 }
 
-// unstableOffsets answers an offset fetch with UNSTABLE_OFFSET_COMMIT for
-// every partition it asks for.
-func unstableOffsets(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetchResponse {
-	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
-	for _, rg := range req.Groups {
-		sg := kmsg.NewOffsetFetchResponseGroup()
-		sg.Group = rg.Group
-		for _, rt := range rg.Topics {
-			st := kmsg.NewOffsetFetchResponseGroupTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, p := range rt.Partitions {
-				sp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
-				sp.Partition, sp.Offset, sp.LeaderEpoch = p, -1, -1
-				sp.ErrorCode = kerr.UnstableOffsetCommit.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			sg.Topics = append(sg.Topics, st)
+// unstableAnswers is a kgo.Logger that counts the client's reports of an
+// UNSTABLE_OFFSET_COMMIT answer (kgo logs each partition error of its
+// group's offset fetch with the error, then asks again after 1 s). It
+// observes; it answers nothing in the broker's place.
+type unstableAnswers struct{ n atomic.Int32 }
+
+func (u *unstableAnswers) Level() kgo.LogLevel { return kgo.LogLevelInfo }
+
+func (u *unstableAnswers) Log(_ kgo.LogLevel, _ string, keyvals ...any) {
+	for _, v := range keyvals {
+		if err, ok := v.(error); ok && errors.Is(err, kerr.UnstableOffsetCommit) {
+			u.n.Add(1)
 		}
-		resp.Groups = append(resp.Groups, sg)
 	}
-	for _, rt := range req.Topics { // before v8: one group
-		st := kmsg.NewOffsetFetchResponseTopic()
-		st.Topic = rt.Topic
-		for _, p := range rt.Partitions {
-			sp := kmsg.NewOffsetFetchResponseTopicPartition()
-			sp.Partition, sp.Offset, sp.LeaderEpoch = p, -1, -1
-			sp.ErrorCode = kerr.UnstableOffsetCommit.Code
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-	}
-	return resp
 }
+
+func (u *unstableAnswers) count() int { return int(u.n.Load()) }
 
 // checkStoreAgrees compares a worker's Pebble ledger, partition by partition,
 // with the changelog's committed records below the changelog offset the

@@ -19,6 +19,9 @@ import (
 // ErrRevoked is returned to a Runner whose partition was revoked.
 var ErrRevoked = errors.New("sideeffects: partition revoked")
 
+// errLoopStopped answers a Runner's Update once the worker's loop is gone.
+var errLoopStopped = errors.New("sideeffects: executor loop stopped")
+
 // WorkerConfig configures the executor worker.
 type WorkerConfig struct {
 	// Session is what the executor shares with the processor: Name (the
@@ -63,6 +66,14 @@ type Worker struct {
 
 	mu       sync.Mutex
 	requests []*request
+	// stopped is set under mu by failRequests, once the loop is gone:
+	// from then on a Runner's Update is refused, since nothing would
+	// answer a request queued after it (taskStore.Update).
+	stopped bool
+	// testHook, set only by tests, runs at the named points of the
+	// request queue (hookEnqueue, hookRequestsFailed) so that a test can
+	// make a race between them happen on purpose. Nil in production.
+	testHook func(point string)
 
 	runnersWG sync.WaitGroup
 	runCtx    context.Context
@@ -146,7 +157,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case err = <-errc:
 		stopRunners()
 		stopLoop()
-		w.failRequests(errors.New("sideeffects: executor loop stopped"))
+		w.failRequests(errLoopStopped)
 		w.runnersWG.Wait()
 		return err
 	case <-ctx.Done():
@@ -157,24 +168,40 @@ func (w *Worker) Run(ctx context.Context) error {
 	select {
 	case <-waited:
 	case err = <-errc:
-		w.failRequests(errors.New("sideeffects: executor loop stopped"))
+		w.failRequests(errLoopStopped)
 		<-waited
 		stopLoop()
 		return err
 	}
 	stopLoop()
 	err = <-errc
-	w.failRequests(errors.New("sideeffects: executor loop stopped"))
+	w.failRequests(errLoopStopped)
 	return err
 }
 
+// failRequests answers every queued request with err and refuses every
+// later one: the loop that would have answered them is gone.
 func (w *Worker) failRequests(err error) {
 	w.mu.Lock()
+	w.stopped = true
 	reqs := w.requests
 	w.requests = nil
 	w.mu.Unlock()
 	for _, r := range reqs {
 		r.reply <- err
+	}
+	w.hook(hookRequestsFailed)
+}
+
+// Points of the request queue where a test hook runs (Worker.testHook).
+const (
+	hookEnqueue        = "enqueue"         // taskStore.Update, before it queues its request
+	hookRequestsFailed = "requests failed" // failRequests answered the queue
+)
+
+func (w *Worker) hook(point string) {
+	if w.testHook != nil {
+		w.testHook(point)
 	}
 }
 

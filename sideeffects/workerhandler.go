@@ -3,6 +3,7 @@ package sideeffects
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -51,7 +52,7 @@ func (wt *workerTask) Restored() error {
 	r, err := NewRunner(RunnerConfig{
 		Store: (*taskStore)(wt), Effects: w.cfg.Effects, Workers: w.cfg.Workers,
 		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
-		Calls: w.calls, Scope: string(t.Prefix), Report: w.report, OnChange: w.changed,
+		Calls: w.calls, Scope: string(t.Prefix), Report: w.report, ReportWithdrawal: w.reportWithdrawal, OnChange: w.changed,
 	})
 	if err != nil {
 		cancel()
@@ -107,7 +108,9 @@ func (wt *workerTask) Revoked() {
 // processed.
 func (wt *workerTask) Stage(*eos.Batch) {}
 
-// Process offers one intent (or applies one operator command).
+// Process offers one intent (or applies one operator command). An intent
+// that is not valid, or that the ledger refuses, is dead-lettered; only a
+// failure of the ledger's store is returned (refuse), which stops the loop.
 func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 	w, t := wt.w, wt.task
 	l := effect.NewLedger(b.Txn, t.Prefix)
@@ -119,17 +122,24 @@ func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 	}
 	in, err := effect.ParseIntent(r.Value)
 	if err != nil {
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
+		return wt.refuse(b, r, "", err)
+	}
+	if string(r.Key) != in.Key {
+		// The key picks the partition, and so the one ledger (and Runner)
+		// of the idempotency key: an intent filed under another key could
+		// be executed by two partitions' Runners at once
+		// (docs/contract.md#side-effect-intents-topic).
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
+			fmt.Sprintf("sideeffects: intent key %q is not the record's key %q", in.Key, r.Key))
+		return nil
+	}
+	if why := w.tooLarge(in); why != "" {
+		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, why)
 		return nil
 	}
 	e, dup, err := l.Offer(in, b.Now)
 	if err != nil {
-		var te *effect.TransitionError
-		if errors.As(err, &te) || errors.Is(err, effect.ErrBadIntent) {
-			b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
-			return nil
-		}
-		return err
+		return wt.refuse(b, r, "", err)
 	}
 	if dup {
 		b.OnCommit(func() { w.stats.add(in.Effect, "duplicate") })

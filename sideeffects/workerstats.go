@@ -42,7 +42,10 @@ func (s *WorkerStats) untrack(r *Runner) {
 	s.mu.Unlock()
 }
 
-// Effects returns the count of committed transitions into status.
+// Effects returns the count of committed transitions into status, or of
+// the committed records counted under a label of their own: "duplicate"
+// (an intent of a key the ledger holds), "resolved" (an operator's
+// resolve), "stale-report" (an executor's report the ledger had moved past).
 func (s *WorkerStats) Effects(effect, status string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

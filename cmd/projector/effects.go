@@ -148,7 +148,7 @@ func effectsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("effects resolve", "  projector effects resolve --config configs/example.yaml 'email:case:CASE-1:sla-breach:v3' --as succeeded --note 'confirmed with the mail provider'").withConfig(true).takes(1)
 	as := fs.String("as", "", "the outcome to record: succeeded or failed (required)")
-	note := fs.String("note", "", "why (kept in the ledger)")
+	note := fs.String("note", "", fmt.Sprintf("why (kept in the ledger; at most %d bytes)", sideeffect.MaxNoteBytes))
 	wait := fs.Duration("timeout", 30*time.Second, "how long to wait for the executor to apply it (0: do not wait)")
 	if err := fs.parse(args, stdout); err != nil {
 		return err
@@ -157,6 +157,9 @@ func effectsResolve(ctx context.Context, args []string, stdout, stderr io.Writer
 	outcome, err := sideeffect.ParseStatus(*as)
 	if err != nil || (outcome != sideeffect.Succeeded && outcome != sideeffect.Failed) {
 		return usageError{"--as: want succeeded or failed"}
+	}
+	if len(*note) > sideeffect.MaxNoteBytes { // the ledger would cut it: say so now
+		return usageError{fmt.Sprintf("--note: at most %d bytes, got %d", sideeffect.MaxNoteBytes, len(*note))}
 	}
 	cfg, opts, closeFn, err := effectsSetup(&fs.common, stderr)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/app"
 	"github.com/projector-dev/projector/internal/runtime/broker"
 	"github.com/projector-dev/projector/internal/runtime/config"
+	sideeffect "github.com/projector-dev/projector/sideeffects/effect"
 )
 
 const opsConfig = `name: ops-test
@@ -326,6 +327,7 @@ func TestOpsHelpAndUsage(t *testing.T) {
 		{runInspect, nil, "want the aggregate id"},
 		{runInspect, []string{"A", "--config", bad}, "gaps.holdTimeout"},
 		{runInspect, []string{"A", "--config", bad, "--log-format", "xml"}, "--log-format"},
+		{runEffects, []string{"resolve", "K", "--as", "succeeded", "--note", strings.Repeat("n", sideeffect.MaxNoteBytes+1), "--config", bad}, "--note: at most 1024 bytes, got 1025"},
 	} {
 		code, _, errOut := runCmd(tc.fn, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {

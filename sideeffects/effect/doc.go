@@ -13,9 +13,11 @@
 //   - Ledger.Offer records a key as pending the first time it is seen. Every
 //     later offer of the same key, from a redelivery or from another
 //     projection, is a duplicate and changes nothing.
-//   - Ledger.Start marks a key in-flight before its call; Record (or Succeed,
-//     Fail, Retry, MarkUnknown) closes the attempt with its Outcome; Recover,
-//     Resolve and Settle handle a call whose outcome was not recorded.
+//   - Ledger.Start (StartUntil, with the attempt's deadline) marks a key
+//     in-flight before its call; Record (or Succeed, Fail, Retry,
+//     MarkUnknown) closes the attempt with its Outcome, and Withdraw takes
+//     back one whose call never left; Recover, Resolve and Settle handle a
+//     call whose outcome was not recorded.
 //
 // Invariants (named in docs/design.md#invariants):
 //
@@ -41,4 +43,17 @@
 //   - outcome-survives-revoke: the ledger's half of it. Settle records the
 //     outcome of attempt n handed over by another Runner only while the entry
 //     still waits for exactly that attempt.
+//   - nothing-dropped-silently: the ledger's half of it. Every error of a
+//     ledger operation is a refusal (ErrInvalid, ErrBadIntent,
+//     ErrIllegalTransition, ErrNotFound) or a failure of its own state
+//     (ErrStore, ErrCorrupt: StoreFailed), so that a loop can dead-letter the
+//     record behind a refused operation and stop only when its store fails.
+//     And an entry's changelog record must fit kafka.maxRecordBytes at every
+//     transition of the key's life, or the executor's transactions fail for
+//     good. So every entry
+//     written is bounded (bounds.go): at most MaxHistory attempts, texts
+//     from outside cut by BoundText, JSON without HTML escaping; and
+//     MaxRecordBytes, the largest record an intent's entry can become, is
+//     computed by encoding the worst entry, for the processor and the
+//     executor to refuse an intent it does not fit.
 package effect

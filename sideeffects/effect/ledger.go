@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 )
 
 // KeyPrefix starts every ledger key, after the caller's prefix (the task
@@ -23,11 +25,32 @@ const formatV1 byte = 1
 
 // Sentinel errors. Transition errors are *TransitionError and wrap
 // ErrIllegalTransition.
+//
+// Every error of a ledger operation is of one of two kinds (StoreFailed):
+// the ledger refused the operation – its arguments are wrong (ErrInvalid,
+// ErrBadIntent), or it does not apply to the entry as it is
+// (ErrIllegalTransition, ErrNotFound) – or the ledger could not read or
+// write its own state (ErrStore: the KV failed; ErrCorrupt: a stored entry
+// cannot be decoded). A loop that applies a record's operation
+// dead-letters the record for a refusal and stops only for the second kind
+// (docs/design.md#nothing-dropped-silently).
 var (
 	ErrNotFound          = errors.New("sideeffects: no ledger entry for key")
 	ErrIllegalTransition = errors.New("sideeffects: illegal ledger transition")
 	ErrCorrupt           = errors.New("sideeffects: corrupt ledger entry")
+	ErrInvalid           = errors.New("sideeffects: invalid ledger operation")
+	ErrStore             = errors.New("sideeffects: ledger store")
 )
+
+// StoreFailed reports whether err says that the ledger could not read or
+// write its own state (ErrStore, ErrCorrupt), rather than refusing an
+// operation: the one kind of ledger error that may stop a loop.
+func StoreFailed(err error) bool {
+	return errors.Is(err, ErrStore) || errors.Is(err, ErrCorrupt)
+}
+
+// storeError marks an error of the KV as ErrStore.
+func storeError(err error) error { return fmt.Errorf("%w: %w", ErrStore, err) }
 
 // KV is the storage the ledger works through. *state.Txn satisfies it (a
 // staged Kafka transaction); sideeffectstest.MemKV is an in-memory one. Set
@@ -103,8 +126,11 @@ func (l *Ledger) kvKey(key string) []byte {
 // Get returns the entry of key.
 func (l *Ledger) Get(key string) (Entry, bool, error) {
 	v, ok, err := l.kv.Get(l.kvKey(key))
-	if err != nil || !ok {
-		return Entry{}, false, err
+	if err != nil {
+		return Entry{}, false, storeError(err)
+	}
+	if !ok {
+		return Entry{}, false, nil
 	}
 	e, err := decodeEntry(v)
 	return e, err == nil, err
@@ -152,7 +178,7 @@ func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) 
 	value := in.Value
 	if !json.Valid(value) {
 		// An Intent built by hand rather than parsed: store its JSON form.
-		if value, err = json.Marshal(in); err != nil {
+		if value, err = jsonenc.Marshal(in); err != nil {
 			return Entry{}, false, fmt.Errorf("%w: %v", ErrBadIntent, err)
 		}
 	}
@@ -165,8 +191,16 @@ func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) 
 // caller must commit this durably before it calls the effect
 // (docs/design.md#in-flight-before-call).
 // Whether the entry is due, and whether an unknown entry may be retried, is
-// the caller's policy (the sideeffects Runner's).
+// the caller's policy (the sideeffects Runner's). Start records no
+// deadline; StartUntil does.
 func (l *Ledger) Start(key string, now time.Time) (Entry, error) {
+	return l.StartUntil(key, now, time.Time{})
+}
+
+// StartUntil is Start, recording in the attempt the deadline by which its
+// call will have been cancelled: what another Runner waits for before it
+// retries the attempt's unknown outcome (docs/design.md#one-call-in-flight-per-key).
+func (l *Ledger) StartUntil(key string, now, deadline time.Time) (Entry, error) {
 	e, err := l.mustGet(key)
 	if err != nil {
 		return Entry{}, err
@@ -177,7 +211,7 @@ func (l *Ledger) Start(key string, now time.Time) (Entry, error) {
 	e.Status = InFlight
 	e.Attempts++
 	e.NextAttempt = time.Time{}
-	e.History = append(e.History, Attempt{N: e.Attempts, Start: now})
+	e.History = append(e.History, Attempt{N: e.Attempts, Start: now, Deadline: deadline})
 	if len(e.History) > MaxHistory {
 		e.History = append(e.History[:0:0], e.History[len(e.History)-MaxHistory:]...)
 	}
@@ -250,7 +284,7 @@ func (l *Ledger) Retry(key string, a Attempt, next time.Time) (Entry, error) {
 // next) or Unknown (next as in MarkUnknown).
 func (l *Ledger) Record(key string, a Attempt, to Status, next time.Time) (Entry, error) {
 	if !to.settles() {
-		return Entry{}, fmt.Errorf("sideeffects: record %q: cannot record as %s", key, to)
+		return Entry{}, fmt.Errorf("%w: record %q: cannot record as %s", ErrInvalid, key, to)
 	}
 	return l.finish(key, "record "+to.String(), a, to, next)
 }
@@ -275,7 +309,7 @@ func (l *Ledger) MarkUnknown(key string, a Attempt, next time.Time) (Entry, erro
 // so it is refused.
 func (l *Ledger) Settle(key string, n int, a Attempt, to Status, next time.Time) (Entry, error) {
 	if !to.settles() {
-		return Entry{}, fmt.Errorf("sideeffects: settle %q: cannot settle as %s", key, to)
+		return Entry{}, fmt.Errorf("%w: settle %q: cannot settle as %s (succeeded, failed, pending or unknown)", ErrInvalid, key, to)
 	}
 	e, err := l.mustGet(key)
 	if err != nil {
@@ -294,7 +328,7 @@ func (l *Ledger) Settle(key string, n int, a Attempt, to Status, next time.Time)
 // settled for good.
 func (l *Ledger) Resolve(key string, outcome Status, note string, now time.Time) (Entry, error) {
 	if outcome != Succeeded && outcome != Failed {
-		return Entry{}, fmt.Errorf("sideeffects: resolve %q: outcome must be succeeded or failed, got %s", key, outcome)
+		return Entry{}, fmt.Errorf("%w: resolve %q: outcome must be succeeded or failed, got %s", ErrInvalid, key, outcome)
 	}
 	e, err := l.mustGet(key)
 	if err != nil {
@@ -343,15 +377,25 @@ func (l *Ledger) Recover(now time.Time) ([]Entry, error) {
 	return stuck, nil
 }
 
-// Scan calls fn for every entry, in key order.
+// Scan calls fn for every entry, in key order. It returns fn's first error
+// as it is, and marks the KV's own as ErrStore.
 func (l *Ledger) Scan(fn func(Entry) error) error {
-	return l.kv.Scan(l.prefix, func(_, v []byte) error {
+	var ferr error // decodeEntry's or fn's
+	err := l.kv.Scan(l.prefix, func(_, v []byte) error {
 		e, err := decodeEntry(v)
-		if err != nil {
-			return err
+		if err == nil {
+			err = fn(e)
 		}
-		return fn(e)
+		ferr = err
+		return err
 	})
+	switch {
+	case ferr != nil:
+		return ferr
+	case err != nil:
+		return storeError(err)
+	}
+	return nil
 }
 
 // List returns the entries with the given status, in key order; status 0
@@ -367,8 +411,13 @@ func (l *Ledger) List(status Status) ([]Entry, error) {
 	return out, err
 }
 
+// encodeEntry applies the ledger's bounds to e (bound) and encodes it:
+// formatV1, then JSON that escapes no HTML (jsonenc.Marshal; json.Marshal
+// wrote '<' as six bytes, issue 22), which decodeEntry reads as it read
+// json.Marshal's.
 func encodeEntry(e *Entry) ([]byte, error) {
-	b, err := json.Marshal(e)
+	bound(e)
+	b, err := jsonenc.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("sideeffects: encode entry %q: %w", e.Key, err)
 	}

@@ -173,8 +173,8 @@ func TestLedgerSettle(t *testing.T) {
 	wantIllegal(t, "settle pending", err)
 	_, err = l.Settle("moved-on", 3, ok, effect.Succeeded, time.Time{})
 	wantIllegal(t, "settle a future attempt", err)
-	if _, err = l.Settle("moved-on", 2, ok, effect.InFlight, time.Time{}); err == nil || errors.Is(err, effect.ErrIllegalTransition) {
-		t.Fatalf("settle as in-flight: %v", err)
+	if _, err = l.Settle("moved-on", 2, ok, effect.InFlight, time.Time{}); !errors.Is(err, effect.ErrInvalid) {
+		t.Fatalf("settle as in-flight: %v, want ErrInvalid", err)
 	}
 	if _, err = l.Settle("nope", 1, ok, effect.Succeeded, time.Time{}); !errors.Is(err, effect.ErrNotFound) {
 		t.Fatalf("settle a missing key: %v", err)
@@ -306,5 +306,135 @@ func TestLedgerOverStateTxn(t *testing.T) {
 	}
 	if es, _ := l.List(effect.Unknown); len(es) != 1 {
 		t.Fatalf("list unknown %v", es)
+	}
+}
+
+// failingKV is a KV whose reads fail, as Pebble's may.
+type failingKV struct {
+	effect.KV
+	err error
+}
+
+func (f failingKV) Get([]byte) ([]byte, bool, error)                 { return nil, false, f.err }
+func (f failingKV) Scan([]byte, func(key, value []byte) error) error { return f.err }
+
+// Every ledger error is either a refusal (the arguments are wrong, or the
+// operation does not apply to the entry as it is) or a failure of the
+// ledger's own state (StoreFailed): a loop applying a record's operation
+// dead-letters the record for the first and stops only for the second.
+func TestLedgerErrorKinds(t *testing.T) {
+	boom := errors.New("pebble: i/o error")
+	broken := effect.NewLedger(failingKV{KV: sideeffectstest.NewMemKV(), err: boom}, nil)
+	kv := sideeffectstest.NewMemKV()
+	l := effect.NewLedger(kv, nil)
+	l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	kv.Set(effect.EntryKey(nil, "garbled"), []byte{effect.FormatV1, '{'})
+	_, _, offerErr := broken.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	_, listErr := broken.List(0)
+	_, recoverErr := broken.Recover(t0)
+	_, corruptErr := l.Start("garbled", t0)
+	_, scanCorrupt := l.List(0)
+	fnErr := errors.New("stop here")
+	clean := effect.NewLedger(sideeffectstest.NewMemKV(), nil)
+	clean.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	for _, tc := range []struct {
+		name  string
+		err   error
+		store bool
+		is    error
+	}{
+		{"read fails (Offer)", offerErr, true, effect.ErrStore},
+		{"scan fails (List)", listErr, true, effect.ErrStore},
+		{"scan fails (Recover)", recoverErr, true, effect.ErrStore},
+		{"stored entry corrupt (Start)", corruptErr, true, effect.ErrCorrupt},
+		{"stored entry corrupt (List)", scanCorrupt, true, effect.ErrCorrupt},
+		{"scan callback's own error", clean.Scan(func(effect.Entry) error { return fnErr }), false, fnErr},
+		{"settle as in-flight", second(l.Settle("k", 1, effect.Attempt{}, effect.InFlight, time.Time{})), false, effect.ErrInvalid},
+		{"record as in-flight", second(l.Record("k", effect.Attempt{}, effect.InFlight, time.Time{})), false, effect.ErrInvalid},
+		{"resolve as pending", second(l.Resolve("k", effect.Pending, "", t0)), false, effect.ErrInvalid},
+		{"intent without effect", third(l.Offer(effect.Intent{Key: "x"}, t0)), false, effect.ErrBadIntent},
+		{"no such key", second(l.Start("nope", t0)), false, effect.ErrNotFound},
+		{"not from this status", second(l.Resolve("k", effect.Failed, "", t0)), false, effect.ErrIllegalTransition},
+	} {
+		if !errors.Is(tc.err, tc.is) || effect.StoreFailed(tc.err) != tc.store {
+			t.Errorf("%s: %v: want %v, StoreFailed %v", tc.name, tc.err, tc.is, tc.store)
+		}
+	}
+	if !errors.Is(offerErr, boom) {
+		t.Errorf("the store's error is lost: %v", offerErr)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func third[T, U any](_ T, _ U, err error) error { return err }
+
+// StartUntil records the attempt's deadline; an entry stored before there
+// was one (no "deadline" member) decodes with a zero deadline, and a zero
+// deadline is not stored.
+func TestLedgerAttemptDeadline(t *testing.T) {
+	kv := sideeffectstest.NewMemKV()
+	l := effect.NewLedger(kv, nil)
+	l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	deadline := t0.Add(30 * time.Second)
+	e, err := l.StartUntil("k", t0, deadline)
+	if err != nil || !e.History[0].Deadline.Equal(deadline) {
+		t.Fatalf("start: %+v %v", e.History, err)
+	}
+	if e, err = l.Record("k", effect.Attempt{StatusCode: 503}, effect.Pending, t0); err != nil || !e.History[0].Deadline.Equal(deadline) {
+		t.Fatalf("the outcome lost the deadline: %+v %v", e.History, err)
+	}
+	old := `{"key":"old","effect":"fx","status":"unknown","attempts":1,"history":[{"n":1,"start":"2026-06-28T10:00:00Z","outcome":"unknown"}],"created":"2026-06-28T10:00:00Z","updated":"2026-06-28T10:00:00Z","intent":{}}`
+	kv.Set(effect.EntryKey(nil, "old"), append([]byte{effect.FormatV1}, old...))
+	if e, ok, err := l.Get("old"); err != nil || !ok || !e.History[0].Deadline.IsZero() || !e.History[0].Start.Equal(t0) {
+		t.Fatalf("old entry: %+v %v %v", e, ok, err)
+	}
+	l.Start("old", t0)
+	raw, _, _ := kv.Get(effect.EntryKey(nil, "old"))
+	if bytes.Contains(raw, []byte(`"deadline"`)) {
+		t.Fatalf("a zero deadline is stored: %s", raw)
+	}
+}
+
+// Withdraw takes back attempt n, named by its number and start, while the
+// entry is still at it (in-flight, or unknown after Recover): the key is
+// pending again, the attempt gone from the history and not counted. A
+// withdrawal of another attempt – an older one, one whose number the next
+// attempt took again, a settled key – is refused.
+func TestLedgerWithdraw(t *testing.T) {
+	l := effect.NewLedger(sideeffectstest.NewMemKV(), nil)
+	l.Offer(sideeffectstest.Intent(t, "k", "fx", "p"), t0)
+	l.Start("k", t0)
+	l.Record("k", effect.Attempt{StatusCode: 503}, effect.Pending, t0)
+	s2 := t0.Add(time.Second)
+	l.StartUntil("k", s2, s2.Add(time.Minute))
+	next := t0.Add(time.Hour)
+	_, err := l.Withdraw("k", 2, t0, next, s2)
+	wantIllegal(t, "withdraw with another start", err)
+	_, err = l.Withdraw("k", 1, t0, next, s2)
+	wantIllegal(t, "withdraw an earlier attempt", err)
+	e, err := l.Withdraw("k", 2, s2, next, s2)
+	if err != nil || e.Status != effect.Pending || e.Attempts != 1 || len(e.History) != 1 || e.History[0].StatusCode != 503 || !e.NextAttempt.Equal(next) {
+		t.Fatalf("withdraw in-flight: %+v %v", e, err)
+	}
+	_, err = l.Withdraw("k", 2, s2, next, s2)
+	wantIllegal(t, "withdraw twice", err)
+
+	// The next attempt is number 2 again; the old withdrawal does not
+	// apply to it, its own does, also once Recover made it unknown.
+	s3 := t0.Add(2 * time.Second)
+	l.Start("k", s3)
+	_, err = l.Withdraw("k", 2, s2, next, s3)
+	wantIllegal(t, "withdraw the attempt whose number was taken again", err)
+	l.Recover(s3)
+	if e, err = l.Withdraw("k", 2, s3, time.Time{}, s3); err != nil || e.Status != effect.Pending || e.Attempts != 1 {
+		t.Fatalf("withdraw unknown: %+v %v", e, err)
+	}
+	l.Start("k", s3)
+	l.Succeed("k", effect.Attempt{})
+	_, err = l.Withdraw("k", 2, s3, next, s3)
+	wantIllegal(t, "withdraw a succeeded key", err)
+	if _, err := l.Withdraw("nope", 1, t0, next, t0); !errors.Is(err, effect.ErrNotFound) {
+		t.Fatalf("withdraw a missing key: %v", err)
 	}
 }

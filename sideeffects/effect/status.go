@@ -14,6 +14,8 @@ import (
 //	unknown ──Resolve(succeeded|failed, note)──▶ succeeded | failed (Resolution set)
 //	in-flight | unknown ──Settle(n)──▶ as Succeed/Fail/Retry/MarkUnknown, for
 //	                                   the handed-over outcome of last attempt n
+//	in-flight | unknown ──Withdraw(n)──▶ pending, attempt n removed and not
+//	                                   counted: its call never left
 type Status uint8
 
 // The statuses. The zero Status is invalid.
@@ -66,6 +68,11 @@ func (s *Status) UnmarshalText(b []byte) error {
 type Attempt struct {
 	N     int       `json:"n"` // 1-based
 	Start time.Time `json:"start"`
+	// Deadline is when the attempt's call is cancelled at the latest, as
+	// the Runner that started it decided (StartUntil): whoever retries an
+	// unknown outcome of it waits for it. Zero in entries written before
+	// it was recorded.
+	Deadline time.Time `json:"deadline,omitzero"`
 	// Duration is zero while the attempt is in flight.
 	Duration   time.Duration `json:"duration,omitempty"`
 	Outcome    Outcome       `json:"outcome,omitempty"` // zero while in flight
@@ -110,8 +117,15 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// MarshalText makes outcomes readable in the ledger's JSON.
-func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+// MarshalText makes outcomes readable in the ledger's JSON. An unnamed
+// outcome is refused, as UnmarshalText would refuse it: an entry that
+// could not be read back must not be written.
+func (o Outcome) MarshalText() ([]byte, error) {
+	if o == 0 || int(o) >= len(outcomeNames) {
+		return nil, fmt.Errorf("sideeffects: invalid outcome %d", uint8(o))
+	}
+	return []byte(o.String()), nil
+}
 
 // UnmarshalText is the inverse of MarshalText.
 func (o *Outcome) UnmarshalText(b []byte) error {
@@ -131,4 +145,9 @@ type Result struct {
 	Ref        string // external reference of a success, if the receiver gave one
 	Err        error  // the transport error or a description of a refusal
 	Duration   time.Duration
+	// NotSent says that the request never left: the caller gave up before
+	// it handed anything to the network (its context was done when the call
+	// began). Such a call is no attempt: the Runner withdraws it
+	// (Ledger.Withdraw) instead of recording an outcome.
+	NotSent bool
 }

@@ -11,11 +11,13 @@
 //     may have reached the receiver and no answer came. A request that failed
 //     before it was fully written is retryable, and net/http never re-sends
 //     one on its own (GetBody is cleared), so every send is one ledger
-//     attempt and a lost answer is reported, not hidden.
+//     attempt and a lost answer is reported, not hidden. A call whose
+//     context is done before it begins sends nothing and says so
+//     (effect.Result.NotSent): it is no attempt.
 //   - one-call-in-flight-per-key: a call ends at the deadline of the context
-//     the Runner gives it (the attempt's start plus the effect's timeout), or
-//     at Timeout if that comes first, so a retry after the deadline never
-//     overlaps it.
+//     the Runner gives it (never later than the deadline the ledger recorded
+//     for the attempt), or at Timeout if that comes first, so a retry after
+//     the deadline never overlaps it.
 package webhook
 
 import (
@@ -76,6 +78,12 @@ func (w *Client) Call(ctx context.Context, in effect.Intent, body []byte) effect
 }
 
 func (w *Client) call(ctx context.Context, in effect.Intent, body []byte) effect.Result {
+	if err := ctx.Err(); err != nil {
+		// Given no time at all: nothing goes to the network, so this is no
+		// attempt (the Runner withdraws it), whatever the receiver's state.
+		return effect.Result{Outcome: effect.OutcomeRetryable, NotSent: true,
+			Err: fmt.Errorf("sideeffects: webhook not called: %w", context.Cause(ctx))}
+	}
 	if w.err != nil {
 		return effect.Result{Outcome: effect.OutcomeFailed, Err: w.err}
 	}

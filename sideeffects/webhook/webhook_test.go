@@ -2,12 +2,14 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +216,31 @@ func TestWebhookNotSent(t *testing.T) {
 
 	if res := (&Client{URL: "::not a url"}).Call(context.Background(), in, nil); res.Outcome != effect.OutcomeFailed {
 		t.Fatalf("bad URL: %v", res.Outcome)
+	}
+}
+
+// A call whose context is done before it begins sends nothing and says so
+// (NotSent: no attempt, the Runner withdraws it); a refused connection or
+// an unwritten request is a real attempt that failed, not NotSent
+// (retryable, counted against maxAttempts).
+func TestWebhookContextDoneNotSent(t *testing.T) {
+	var got atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { got.Add(1) }))
+	defer srv.Close()
+	in := sideeffectstest.Intent(t, "k", "fx", "p")
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	res := (&Client{URL: srv.URL, Timeout: time.Second}).Call(ctx, in, in.Value)
+	if !res.NotSent || res.Outcome != effect.OutcomeRetryable || !errors.Is(res.Err, context.DeadlineExceeded) || got.Load() != 0 {
+		t.Fatalf("expired context: %+v, %d requests at the receiver", res, got.Load())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	if res := (&Client{URL: "http://" + addr + "/x", Timeout: time.Second}).Call(context.Background(), in, in.Value); res.NotSent {
+		t.Fatalf("a refused connection is an attempt: %+v", res)
 	}
 }

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/runtime/acl"
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/processor"
 )
 
@@ -34,7 +34,7 @@ func SkipGap(ctx context.Context, brokers []string, opts []kgo.Opt, cmd processo
 	if cmd.Aggregate == "" {
 		return nil, errors.New("ops: skip-gap needs an aggregate")
 	}
-	val, err := json.Marshal(cmd)
+	val, err := jsonenc.Marshal(cmd) // no HTML escaping in a record
 	if err != nil {
 		return nil, err
 	}

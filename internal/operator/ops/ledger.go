@@ -7,7 +7,6 @@ package ops
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/operator/topicread"
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/sideeffects"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -57,7 +57,9 @@ func SendResolve(ctx context.Context, opts []kgo.Opt, effectsTopic, key string, 
 	if as != effect.Succeeded && as != effect.Failed {
 		return fmt.Errorf("ops: resolve as %s: want succeeded or failed", as)
 	}
-	v, _ := json.Marshal(sideeffects.Command{Op: sideeffects.OpResolve, As: as.String(), Note: note})
+	// The note as the ledger keeps it (cut to effect.MaxNoteBytes), so that
+	// the command record stays small; no HTML escaping (jsonenc).
+	v, _ := jsonenc.Marshal(sideeffects.Command{Op: sideeffects.OpResolve, As: as.String(), Note: effect.BoundText(note, effect.MaxNoteBytes)})
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))...)
 	if err != nil {
 		return err

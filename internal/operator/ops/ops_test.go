@@ -3,6 +3,7 @@ package ops
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -16,6 +17,8 @@ import (
 	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 func TestMissing(t *testing.T) {
@@ -213,7 +216,7 @@ func TestSkipGapRecord(t *testing.T) {
 	}
 	byKey := r.Partition
 	other := (byKey + 3) % 8
-	sent, err := SkipGap(ctx, brokers, nil, processor.Command{Aggregate: "CASE-9", Projection: "p", Note: "INC-1"},
+	sent, err := SkipGap(ctx, brokers, nil, processor.Command{Aggregate: "CASE-9", Projection: "p", Note: "INC-1 <a&b>"},
 		[]Sent{{Topic: "in", Partition: -1}, {Topic: "in", Partition: other}})
 	if err != nil {
 		t.Fatal(err)
@@ -235,11 +238,39 @@ func TestSkipGapRecord(t *testing.T) {
 		}
 		n++
 		if r.Headers[0].Key != processor.HeaderCommand || string(r.Key) != "CASE-9" ||
-			!bytes.Equal(r.Value, []byte(`{"op":"skip-gap","projection":"p","aggregate":"CASE-9","note":"INC-1"}`)) {
+			!bytes.Equal(r.Value, []byte(`{"op":"skip-gap","projection":"p","aggregate":"CASE-9","note":"INC-1 <a&b>"}`)) {
 			t.Errorf("command record: key %q value %s headers %v", r.Key, r.Value, r.Headers)
 		}
 	}
 	if n != 2 {
 		t.Errorf("%d command records, want 2", n)
+	}
+}
+
+// TestSendResolveRecord: the resolve command record carries the note with
+// <, > and & as they are, and no more of it than the ledger keeps
+// (effect.MaxNoteBytes), whatever the operator typed.
+func TestSendResolveRecord(t *testing.T) {
+	_, brokers := testkit.Broker(t, 1, "fx")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	long := "<checked> & " + strings.Repeat("n", 1<<20)
+	for _, note := range []string{"checked <by> hand & mail", long} {
+		if err := SendResolve(ctx, opts, "fx", "k<1>", effect.Succeeded, note); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := testkit.ReadAll(ctx, brokers, "fx")
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("%d records, %v", len(recs), err)
+	}
+	if want := `{"op":"resolve","as":"succeeded","note":"checked <by> hand & mail"}`; string(recs[0].Value) != want || string(recs[0].Key) != "k<1>" {
+		t.Errorf("command record %s: %s, want %s", recs[0].Key, recs[0].Value, want)
+	}
+	var c sideeffects.Command
+	if err := json.Unmarshal(recs[1].Value, &c); err != nil || len(c.Note) > effect.MaxNoteBytes || !strings.HasPrefix(c.Note, "<checked> & nnn") ||
+		!strings.Contains(c.Note, effect.TruncatedMark) {
+		t.Errorf("a 1 MiB note: sent %d bytes of it (%v), want it cut to %d", len(c.Note), err, effect.MaxNoteBytes)
 	}
 }

@@ -207,6 +207,7 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	warnDefaultInstanceID(cfg, log)
 	copts := d.clientOpts
 	a.sasl = &SASLWatch{}
 	copts = append(copts, kgo.WithHooks(a.sasl))
@@ -255,6 +256,22 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 		}
 	}
 	return a, nil
+}
+
+// warnDefaultInstanceID says at start that kafka.instanceId was not set and
+// is the host name: fine for one worker per host, but two processes that
+// share a host name (several on one host, containers with a fixed hostname)
+// share the id, fence each other and exit in turn – the operator should
+// hear of the default before that happens (docs/contract.md#configuration).
+func warnDefaultInstanceID(cfg *config.Config, log *slog.Logger) {
+	if !cfg.Kafka.InstanceIDDefaulted {
+		return
+	}
+	log.Warn("kafka.instanceId is not set: using the host name as the instance id",
+		"instanceId", cfg.Kafka.InstanceID,
+		"why", "the instance id makes the transactional ids and the static group membership; "+
+			"two processes with one id fence each other and exit in turn: set kafka.instanceId "+
+			"if another worker may run with this host name")
 }
 
 // newMetrics registers the contract's metrics over the parts this role runs.

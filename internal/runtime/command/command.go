@@ -5,7 +5,7 @@
 // with, and the dead-letter reason of a value that cannot be read.
 //
 // Each topic keeps its own command type (processor.Command: skip-gap;
-// sideeffects.Command: resolve and outcome): their JSON members differ, and
+// sideeffects.Command: resolve, outcome and withdraw): their JSON members differ, and
 // operators' tools write them as they are (docs/operations.md).
 package command
 
@@ -45,17 +45,30 @@ type Command interface {
 // that is not Valid.
 type Error struct {
 	Value []byte
+	// Err is why the value does not decode (a JSON error); nil when it
+	// decodes to a command that is not Valid.
+	Err error
 }
 
-// Error quotes the value, cut to maxQuoted bytes.
+// Error quotes the value and says what is wrong with it, each cut to
+// maxQuoted bytes.
 func (e *Error) Error() string {
-	return fmt.Sprintf("bad operator command %q", eos.Truncate(e.Value, maxQuoted))
+	why := "no op this topic takes, or a member it needs is missing"
+	if e.Err != nil {
+		why = string(eos.Truncate([]byte(e.Err.Error()), maxQuoted))
+	}
+	return fmt.Sprintf("bad operator command %q: %s", eos.Truncate(e.Value, maxQuoted), why)
 }
+
+func (e *Error) Unwrap() error { return e.Err }
 
 // Decode unmarshals value into c (a pointer to the command type) and checks
 // it; a value that is not JSON of c's shape, or not Valid, is an *Error.
 func Decode(value []byte, c Command) error {
-	if err := json.Unmarshal(value, c); err != nil || !c.Valid() {
+	if err := json.Unmarshal(value, c); err != nil {
+		return &Error{Value: value, Err: err}
+	}
+	if !c.Valid() {
 		return &Error{Value: value}
 	}
 	return nil

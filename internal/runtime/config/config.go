@@ -87,6 +87,9 @@ type Kafka struct {
 	// InstanceID is stable per instance and part of the transactional id.
 	// Default: the host name. Instances sharing a host need distinct ids.
 	InstanceID string `yaml:"instanceId"`
+	// InstanceIDDefaulted: InstanceID was not configured and is the host
+	// name (ApplyDefaults); the worker warns at start.
+	InstanceIDDefaulted bool `yaml:"-"`
 	// Input lists the source topics; at least one.
 	Input []string `yaml:"input"`
 	// DeadLetterTopic defaults to "<name>.dlq".
@@ -289,7 +292,7 @@ func (c *Config) ApplyDefaults() {
 	if k.InstanceID == "" {
 		// On failure InstanceID stays empty and Validate reports it.
 		if h, err := os.Hostname(); err == nil {
-			k.InstanceID = h
+			k.InstanceID, k.InstanceIDDefaulted = h, true
 		}
 	}
 	if c.Name != "" {

@@ -177,6 +177,8 @@ func TestDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"kafka.instanceId", mustParseNoID.Kafka.InstanceID, host},
+		{"kafka.instanceId defaulted", mustParseNoID.Kafka.InstanceIDDefaulted, true},
+		{"kafka.instanceId set", c.Kafka.InstanceIDDefaulted, false},
 		{"kafka.deadLetterTopic", c.Kafka.DeadLetterTopic, "p1.dlq"},
 		{"kafka.effectsTopic", c.Kafka.EffectsTopic, "p1.effects"},
 		{"kafka.transactionTimeout", c.Kafka.TransactionTimeout, Duration(40 * time.Second)},

@@ -3,6 +3,7 @@ package eos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -24,7 +25,10 @@ type ownedTask[T TaskHandler] struct {
 // is confirmed against the client's own offsets as well as the callbacks:
 // franz-go's transact session forwards only the first revoke until the next
 // End, so a task the callbacks still list may already be gone (the client
-// deletes revoked and lost partitions from its offsets).
+// deletes revoked and lost partitions from its offsets). A task is offered
+// only while the client holds an offset of the group for it (offsetsHeld),
+// the one its changes are fenced with: not a partition the group never
+// committed, whatever placeholder kgo lists for it.
 func (l *Loop[T]) Tasks(fn func(T)) {
 	l.eachOwned(func(t ownedTask[T]) { fn(t.h) })
 }
@@ -39,32 +43,70 @@ func (l *Loop[T]) eachOwned(fn func(ownedTask[T])) {
 	}
 }
 
-// offsetsHeld returns whether the client holds committed or uncommitted
-// offsets for a partition (a snapshot taken now).
+// offsetsHeld returns whether the client holds an offset of the group for a
+// partition (a snapshot taken now): one it consumed up to and has not
+// committed yet, or the group's committed offset – as this loop saw it
+// fetched (≥ 0) or committed (groupCommitted), never a placeholder.
+//
+// kgo's CommittedOffsets also lists placeholders for partitions the group
+// never committed (franz-go v1.22.2, pkg/kgo/consumer_group.go):
+//   - fetchOffsets replaces a fetched offset < 0 (no commit) by the
+//     ConsumeResetOffset and keeps it as committed when its value is ≥ 0:
+//     AfterMilli(t), a rebuild --from, holds the time t in unix ms;
+//   - updateUncommitted gives a partition first polled with no entry the
+//     committed offset {Epoch: -1, Offset: 0} ("uninit"), which an aborted
+//     transaction's rewind (setOffsets to CommittedOffsets) keeps.
+//
+// A task held by a placeholder alone cannot be fenced (fenceOffsets): the
+// placeholder would be committed as the group's offset.
 func (l *Loop[T]) offsetsHeld() func(state.Task) bool {
-	var owned, committed map[string]map[int32]kgo.EpochOffset
-	if l.sess != nil {
-		owned, committed = l.sess.Client().UncommittedOffsets(), l.sess.Client().CommittedOffsets()
-	}
+	uncommitted, committed := l.clientOffsets()
+	l.mu.Lock()
+	groupCommitted := maps.Clone(l.groupCommitted)
+	l.mu.Unlock()
 	return func(id state.Task) bool {
-		_, a := owned[id.Topic][id.Partition]
+		if _, ok := uncommitted[id.Topic][id.Partition]; ok {
+			return true
+		}
+		_, ok := committed[id.Topic][id.Partition]
+		return ok && groupCommitted[id]
+	}
+}
+
+// offsetsListed returns whether the client lists a partition among its
+// uncommitted or committed offsets, placeholders included (a snapshot taken
+// now): kgo keeps an entry from the offset fetch or first poll after an
+// assignment until the partition is revoked or lost.
+func (l *Loop[T]) offsetsListed() func(state.Task) bool {
+	uncommitted, committed := l.clientOffsets()
+	return func(id state.Task) bool {
+		_, a := uncommitted[id.Topic][id.Partition]
 		_, b := committed[id.Topic][id.Partition]
 		return a || b
 	}
 }
 
-// dropLost revokes the tasks whose partitions the client no longer holds
-// offsets for although it did since their assignment: a revoke or loss the
-// transact session swallowed (it forwards one per End). Their handler state
-// must go now – the executor's Runner above all – not at the next callback.
+// clientOffsets are the session client's uncommitted and committed offsets.
+func (l *Loop[T]) clientOffsets() (uncommitted, committed map[string]map[int32]kgo.EpochOffset) {
+	if l.sess == nil {
+		return nil, nil
+	}
+	return l.sess.Client().UncommittedOffsets(), l.sess.Client().CommittedOffsets()
+}
+
+// dropLost revokes the tasks whose partitions the client no longer lists
+// among its offsets (placeholders included, offsetsListed) although it did
+// since their assignment: a revoke or loss the transact session swallowed
+// (it forwards one per End). Their handler state must go now – the
+// executor's Runner above all – not at the next callback.
 func (l *Loop[T]) dropLost() {
 	if len(l.tasks) == 0 {
 		return
 	}
-	held := l.offsetsHeld()
+	listed := l.offsetsListed()
 	for id, t := range l.tasks {
 		switch {
-		case held(id):
+		case listed(id):
 			t.inOffsets = true
 		case t.inOffsets:
 			l.cfg.Logger.Info("partition no longer held by the client; dropping it", "task", id.String())
@@ -73,6 +115,7 @@ func (l *Loop[T]) dropLost() {
 			l.stats.setAssigned(id, false)
 			l.mu.Lock()
 			delete(l.fetched, id)
+			delete(l.groupCommitted, id)
 			l.mu.Unlock()
 			l.needReset = true
 		}
@@ -129,6 +172,7 @@ func (l *Loop[T]) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int
 			l.revoked[id] = true
 			delete(l.pending, id)
 			delete(l.fetched, id)
+			delete(l.groupCommitted, id)
 		}
 	}
 }
@@ -147,28 +191,50 @@ func (l *Loop[T]) onLost(ctx context.Context, cl *kgo.Client, m map[string][]int
 // the broker answers only once no transaction holds pending offsets for
 // them, and every transaction that changes a task's state commits an offset
 // for its partition (fence), so by now any previous owner's transaction
-// has resolved and the changelog's last stable offset includes it.
+// has resolved and the changelog's last stable offset includes it. An
+// offset ≥ 0 is the group's committed offset (groupCommitted); -1 says it
+// has none, whatever kgo then lists (offsetsHeld).
 func (l *Loop[T]) onOffsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	add := func(topic string, part int32, code int16) {
-		if code == 0 {
-			l.fetched[state.Task{Topic: topic, Partition: part}] = true
+	add := func(topic string, part int32, code int16, offset int64) {
+		if code != 0 {
+			return
+		}
+		id := state.Task{Topic: topic, Partition: part}
+		l.fetched[id] = true
+		if offset >= 0 {
+			l.groupCommitted[id] = true
 		}
 	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
-			add(t.Topic, p.Partition, p.ErrorCode)
+			add(t.Topic, p.Partition, p.ErrorCode, p.Offset)
 		}
 	}
 	for _, g := range resp.Groups {
 		for _, t := range g.Topics {
 			for _, p := range t.Partitions {
-				add(t.Topic, p.Partition, p.ErrorCode)
+				add(t.Topic, p.Partition, p.ErrorCode, p.Offset)
 			}
 		}
 	}
 	return nil
+}
+
+// noteCommitted records that a committed transaction committed the group's
+// offsets of these partitions (the client's uncommitted offsets at its End),
+// for those still assigned since their offsets were fetched.
+func (l *Loop[T]) noteCommitted(offsets map[string]map[int32]kgo.EpochOffset) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for topic, parts := range offsets {
+		for part := range parts {
+			if id := (state.Task{Topic: topic, Partition: part}); l.fetched[id] {
+				l.groupCommitted[id] = true
+			}
+		}
+	}
 }
 
 // syncAssignment applies the assignment changes recorded by the group

@@ -31,6 +31,11 @@ func MaxBatchBytes(maxRecord int) int {
 	return max(maxRecord, MaxDeadLetterBytes) + 16<<10
 }
 
+// RecordOverhead is what a record adds to its key and value in a batch
+// (length varints, attributes, deltas, header count): an upper bound, for
+// checks of a record against the limit before it is produced.
+const RecordOverhead = 64
+
 // MaxHeaderBytes bounds every header value the worker writes: a longer one
 // is cut to this size, ending in TruncatedMark.
 const MaxHeaderBytes = 1 << 10

@@ -21,7 +21,10 @@
 //     records to read, is restored from offset 0 instead: compaction may
 //     have removed tombstones it never saw (docs/decisions/007).
 //   - fencing-is-fatal: the transactional id is stable per instance; an End
-//     error (fenced, or any other: none is retryable) stops Run.
+//     error (fenced, or any other: none is retryable) stops Run. A fencing
+//     – of the producer or of the static group member – stops it with a
+//     FencedError that names a live twin (another process running with the
+//     instance id) when the group or the timing says so.
 //
 // A transaction has one Batch and one state.Txn per task; each task's state
 // is one Pebble batch with its changelog offset (docs/decisions/004).

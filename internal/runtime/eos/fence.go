@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,8 +27,13 @@ import (
 // directly: the session's End, with no offsets to commit, would hold its lock
 // for 500 ms after the commit (its pre-KIP-447 safety delay). The rebalance
 // guard is kept: any revoke since Begin aborts.
+//
+// The offsets End commits, the client's uncommitted ones, are the group's
+// from then on (noteCommitted).
 func (l *Loop[T]) end(ctx context.Context, sess *kgo.GroupTransactSession, tx *txnBatches, consumed bool, revokesAtBegin int) (bool, error) {
-	fence, ok := l.fenceOffsets(tx)
+	// The loop goroutine polls, so these are the offsets End commits.
+	uncommitted := sess.Client().UncommittedOffsets()
+	fence, ok := l.fenceOffsets(tx, uncommitted)
 	if !ok {
 		l.abort(sess)
 		return false, nil
@@ -48,19 +54,29 @@ func (l *Loop[T]) end(ctx context.Context, sess *kgo.GroupTransactSession, tx *t
 			return nil
 		})
 	}
-	return sess.End(ctx, kgo.TryCommit)
+	committed, err := sess.End(ctx, kgo.TryCommit)
+	if committed {
+		l.noteCommitted(uncommitted)
+	}
+	return committed, err
 }
 
 // fenceOffsets returns the committed offsets of the tasks whose state the
-// transaction changes without consuming their records. ok is false when a
-// changed task cannot be fenced – it is not owned and verified, or the
-// group holds no offset for it – and the transaction must not commit.
-func (l *Loop[T]) fenceOffsets(tx *txnBatches) (map[state.Task]kgo.EpochOffset, bool) {
+// transaction changes without consuming their records (uncommitted: the
+// offsets End commits). ok is false when a changed task cannot be fenced –
+// it is not owned and verified, or the group holds no offset for it – and
+// the transaction must not commit. Only an offset the group committed
+// (groupCommitted) fences: kgo's placeholder for a partition the group never
+// committed (offsetsHeld) would be committed as its offset – for a rebuild
+// --from, a time in unix ms.
+func (l *Loop[T]) fenceOffsets(tx *txnBatches, uncommitted map[string]map[int32]kgo.EpochOffset) (map[state.Task]kgo.EpochOffset, bool) {
 	if len(tx.children) == 0 {
 		return nil, true
 	}
-	cl := l.sess.Client()
-	uncommitted, committed := cl.UncommittedOffsets(), cl.CommittedOffsets()
+	committed := l.sess.Client().CommittedOffsets()
+	l.mu.Lock()
+	groupCommitted := maps.Clone(l.groupCommitted)
+	l.mu.Unlock()
 	var fence map[state.Task]kgo.EpochOffset
 	for _, c := range tx.children {
 		id := c.task.ID
@@ -71,7 +87,8 @@ func (l *Loop[T]) fenceOffsets(tx *txnBatches) (map[state.Task]kgo.EpochOffset, 
 			continue // consumed in this transaction: End commits it
 		}
 		eo, ok := committed[id.Topic][id.Partition]
-		if !ok || eo.Offset < 0 || !tx.owned[c.task] {
+		ok = ok && groupCommitted[id] && eo.Offset >= 0
+		if !ok || !tx.owned[c.task] {
 			l.cfg.Logger.Error("a transaction changes a partition it cannot fence; aborting it",
 				"task", id.String(), "owned", tx.owned[c.task], "committedOffset", ok)
 			return nil, false

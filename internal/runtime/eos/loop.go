@@ -181,7 +181,13 @@ type Loop[T TaskHandler] struct {
 	// transaction of a previous owner resolved). joined: the group has
 	// assigned this member its partitions (possibly none) and not lost them.
 	fetched map[state.Task]bool
-	joined  bool
+	// groupCommitted holds the assigned partitions the group has a
+	// committed offset for that this loop has seen: fetched (≥ 0) since the
+	// assignment, or committed by one of its transactions since. Only these
+	// offsets are the group's; kgo's CommittedOffsets also lists
+	// placeholders (see offsetsHeld).
+	groupCommitted map[state.Task]bool
+	joined         bool
 
 	tasks map[state.Task]ownedTask[T] // owned by the loop goroutine
 	stats *Stats
@@ -210,7 +216,8 @@ func New[T TaskHandler](cfg Config, h Handler[T]) *Loop[T] {
 		cfg.Stats = NewStats()
 	}
 	return &Loop[T]{cfg: cfg, h: h, pending: map[state.Task]bool{}, revoked: map[state.Task]bool{},
-		fetched: map[state.Task]bool{}, tasks: map[state.Task]ownedTask[T]{}, stats: cfg.Stats}
+		fetched: map[state.Task]bool{}, groupCommitted: map[state.Task]bool{},
+		tasks: map[state.Task]ownedTask[T]{}, stats: cfg.Stats}
 }
 
 // Wake makes the loop stop waiting for records and check Handler.Due now
@@ -235,10 +242,13 @@ func (l *Loop[T]) interruptPoll() {
 	l.mu.Unlock()
 }
 
-// Run consumes until ctx is done or a fatal error occurs. On ctx
+// Run consumes until ctx is done or a fatal error occurs (a fencing as a
+// *FencedError, which says whether a twin process did it). On ctx
 // cancellation it finishes the open transaction (or aborts it), leaves the
 // group and returns nil.
 func (l *Loop[T]) Run(ctx context.Context) (err error) {
+	started := time.Now()
+	defer func() { err = l.fenced(err, started) }()
 	l.publishReadiness()
 	if err := l.ensureTopics(ctx); err != nil {
 		return l.stopping(ctx, err)

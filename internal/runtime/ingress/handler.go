@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/internal/runtime/receipt"
 )
 
@@ -26,8 +27,9 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// MaxKeyLen bounds Idempotency-Key and X-Tenant-ID (characters).
-const MaxKeyLen = 255
+// MaxKeyLen bounds Idempotency-Key and X-Tenant-ID (characters): the
+// receipt's bound on what its header carries.
+const MaxKeyLen = receipt.MaxKeyLen
 
 // retryAfter is the Retry-After of 409 in flight and 503 (seconds).
 const retryAfter = "1"
@@ -216,7 +218,7 @@ func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, 
 		add = strconv.AppendQuote(add, id) // id is hex: quoting is JSON
 	}
 	if hasTenant && !tenantGiven {
-		b, _ := json.Marshal(req.tenant)
+		b, _ := jsonenc.Marshal(req.tenant) // part of the record: no HTML escaping
 		if len(add) > 0 {
 			add = append(add, ',')
 		}
@@ -324,7 +326,7 @@ func (s *Server) produce(ctx context.Context, req *request, missing []int) (map[
 	recs := make([]*kgo.Record, 0, len(missing))
 	for _, i := range missing {
 		it := req.items[i]
-		o, _ := json.Marshal(receipt.Origin{TenantID: req.tenant, Key: req.key, Index: i, Count: len(req.items), Batch: req.batch})
+		o := receipt.Origin{TenantID: req.tenant, Key: req.key, Index: i, Count: len(req.items), Batch: req.batch}.Encode()
 		recs = append(recs, &kgo.Record{Topic: s.cfg.Topic, Key: []byte(it.ev.AggregateID), Value: it.value,
 			Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: o}}})
 	}

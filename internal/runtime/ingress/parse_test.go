@@ -59,3 +59,24 @@ func TestParseBody(t *testing.T) {
 		}
 	}
 }
+
+// TestParseTenantKeepsHTML: a tenant given by header is added to the
+// record value with <, > and & as they are (a tenant is printable ASCII),
+// not as json.Marshal's \u003c escapes; the value still decodes to it.
+func TestParseTenantKeepsHTML(t *testing.T) {
+	s := &Server{cfg: Config{MaxBodyBytes: 1 << 20, MaxBatch: 2, MaxRecordBytes: 1 << 20}}
+	r := httptest.NewRequest("POST", "/v1/events", strings.NewReader(`{"eventType":"T","aggregateId":"A","aggregateVersion":1}`))
+	r.Header.Set(HeaderKey, "k")
+	r.Header.Set(HeaderTenant, `<t&"x">`)
+	req, f := s.parse(httptest.NewRecorder(), r)
+	if f != nil {
+		t.Fatalf("%d %s: %s", f.status, f.field, f.detail)
+	}
+	v := string(req.items[0].value)
+	if !strings.Contains(v, `"tenantId":"<t&\"x\">"`) || strings.Contains(v, `\u00`) {
+		t.Errorf("value %s: want the tenant with <, > and & literal", v)
+	}
+	if req.items[0].ev.TenantID != `<t&"x">` {
+		t.Errorf("the value decodes to tenant %q", req.items[0].ev.TenantID)
+	}
+}

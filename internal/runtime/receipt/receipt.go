@@ -28,6 +28,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+
+	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 )
 
 // Header marks an input record written by the ingress; its value is the
@@ -43,13 +45,26 @@ type Origin struct {
 	Batch    bool   `json:"batch,omitempty"` // {"events":[…]} rather than one envelope
 }
 
+// MaxKeyLen bounds the tenant and the key of an Origin (bytes): the
+// ingress takes at most this many printable ASCII characters for either.
+// A header with longer ones was not written by the ingress, and its
+// receipt, which repeats both in its key and its value, could exceed the
+// record limit.
+const MaxKeyLen = 255
+
+// Encode is the Header value of o (HTML not escaped: jsonenc).
+func (o Origin) Encode() []byte {
+	b, _ := jsonenc.Marshal(o) // strings, ints and a bool: cannot fail
+	return b
+}
+
 // ParseOrigin decodes a Header value.
 func ParseOrigin(v []byte) (Origin, error) {
 	var o Origin
 	if err := json.Unmarshal(v, &o); err != nil {
 		return o, err
 	}
-	if o.Key == "" || o.Index < 0 || o.Count < 1 || o.Index >= o.Count {
+	if o.Key == "" || o.Index < 0 || o.Count < 1 || o.Index >= o.Count || len(o.Key) > MaxKeyLen || len(o.TenantID) > MaxKeyLen {
 		return o, errors.New("receipt: malformed " + Header + " header")
 	}
 	return o, nil
@@ -96,9 +111,9 @@ type Receipt struct {
 	Fingerprint string `json:"fingerprint"`
 }
 
-// Encode is the receipt's record value.
+// Encode is the receipt's record value (HTML not escaped: jsonenc).
 func (r *Receipt) Encode() []byte {
-	b, _ := json.Marshal(r) // plain strings, ints and a string map: cannot fail
+	b, _ := jsonenc.Marshal(r) // plain strings, ints and a string map: cannot fail
 	return b
 }
 

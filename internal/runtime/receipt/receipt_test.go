@@ -57,3 +57,37 @@ func TestOriginAndReceipt(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodingKeepsHTML: the receipt and the ingress header write a tenant
+// and a key with <, > and & as they are (printable ASCII, so the ingress
+// takes them), and read back the same; a header whose key or tenant is
+// longer than the ingress allows is malformed (its receipt, which repeats
+// both, could outgrow the record limit).
+func TestEncodingKeepsHTML(t *testing.T) {
+	o := Origin{TenantID: "<t&>", Key: `k<"&">`, Index: 0, Count: 1}
+	h := o.Encode()
+	if strings.Contains(string(h), `\u00`) || !strings.Contains(string(h), `"tenantId":"<t&>","key":"k<\"&\">"`) {
+		t.Errorf("header %s: want <, > and & literal", h)
+	}
+	if got, err := ParseOrigin(h); err != nil || got != o {
+		t.Errorf("header round trip: %+v %v", got, err)
+	}
+	r := &Receipt{Origin: o, EventID: EventID(o.TenantID, o.Key, 0), Reason: "invalid:<x>", Topic: "in", Fingerprint: "ab"}
+	r.Set("p<1>", "applied")
+	v := r.Encode()
+	if strings.Contains(string(v), `\u00`) || !strings.Contains(string(v), `"projections":{"p<1>":"applied"},"reason":"invalid:<x>"`) {
+		t.Errorf("receipt %s: want <, > and & literal", v)
+	}
+	if got, err := Decode(v); err != nil || got.Origin != o || got.Projections["p<1>"] != "applied" || got.Reason != r.Reason {
+		t.Errorf("receipt round trip: %+v %v", got, err)
+	}
+	long := strings.Repeat("k", MaxKeyLen+1)
+	for _, bad := range []Origin{{Key: long, Count: 1}, {TenantID: long, Key: "k", Count: 1}} {
+		if _, err := ParseOrigin(bad.Encode()); err == nil {
+			t.Errorf("ParseOrigin took a %d-byte key or tenant", len(long))
+		}
+	}
+	if _, err := ParseOrigin(Origin{TenantID: long[1:], Key: long[1:], Count: 1}.Encode()); err != nil {
+		t.Errorf("ParseOrigin refused a key and tenant of MaxKeyLen: %v", err)
+	}
+}
