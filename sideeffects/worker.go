@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/runtime/acl"
 	"github.com/projector-dev/projector/internal/runtime/changelog"
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/sideeffects/effect"
@@ -100,6 +102,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	// The effects topic is projector's own: whoever starts first creates it.
 	lc.CreateInputs = true
 	lc.Inputs = []string{cfg.EffectsTopic}
+	// The outcome reports (report) write to the effects topic, outside the
+	// loop's transactions and rarely: checked at start with the loop's own.
+	lc.Needs = []acl.Need{acl.Topic(cfg.EffectsTopic, kmsg.ACLOperationWrite, "report a call's outcome after a revoke")}
 	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Name, in) }
 	lc.Stats = w.stats.LoopStats
 	w.loop = eos.New(lc, (*workerHandler)(w))

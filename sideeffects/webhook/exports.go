@@ -16,3 +16,11 @@ type Duration = config.Duration
 
 // DefaultTimeout bounds a call whose effect sets no timeout.
 const DefaultTimeout = config.DefaultWebhookTimeout
+
+// SigningSecret is one webhook signing secret (whsec_ + base64 of the key);
+// it prints as [redacted].
+type SigningSecret = config.SigningSecret
+
+// SigningSecrets is Config.SigningSecret's type: the secrets every call is
+// signed with (Signer).
+type SigningSecrets = config.SigningSecrets

@@ -1,7 +1,8 @@
 // Package webhook is how the side-effect executor performs an effect: an
 // HTTP POST of the intent to the effect's URL, with the idempotency key in
-// the Idempotency-Key header (docs/contract.md#side-effect-webhook), and the
-// answer classified as an effect.Outcome. Client is the one implementation
+// the Idempotency-Key header (docs/contract.md#side-effect-webhook), signed
+// as the Standard Webhooks specification defines when the effect has a
+// signing secret (sign.go), and the answer classified as an effect.Outcome. Client is the one implementation
 // of sideeffects.Caller that the executor configures (EffectsFromConfig).
 //
 // Invariants (named in docs/design.md#invariants):
@@ -41,15 +42,31 @@ type Client struct {
 	// HTTP is the HTTP client; nil uses a shared one that does not follow
 	// redirects (a redirect is reported as failed: the effect's URL is wrong).
 	HTTP *http.Client
+	// Signer, when set, signs every call with the Standard Webhooks headers
+	// (sign.go); nil sends unsigned calls.
+	Signer *Signer
+	// Now stamps each signed attempt's webhook-timestamp; nil: time.Now.
+	Now func() time.Time
+
+	// err is why New could not build the Signer: every call then fails
+	// with it rather than going out unsigned.
+	err error
 }
 
 var defaultClient = &http.Client{
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
-// New returns the client of an effect's webhook configuration.
+// New returns the client of an effect's webhook configuration. A signing
+// secret that does not decode (a Config that did not pass config.Validate)
+// makes every call fail with the reason; a call is never sent unsigned when
+// secrets are configured.
 func New(c Config) *Client {
-	return &Client{URL: c.URL, Timeout: time.Duration(c.Timeout)}
+	cl := &Client{URL: c.URL, Timeout: time.Duration(c.Timeout)}
+	if c.SigningSecret != nil {
+		cl.Signer, cl.err = NewSigner(c.SigningSecret)
+	}
+	return cl
 }
 
 // Call implements sideeffects.Caller: one POST, never re-sent.
@@ -66,6 +83,9 @@ func (w *Client) call(ctx context.Context, in effect.Intent, body []byte) effect
 		// attempt (the Runner withdraws it), whatever the receiver's state.
 		return effect.Result{Outcome: effect.OutcomeRetryable, NotSent: true,
 			Err: fmt.Errorf("sideeffects: webhook not called: %w", context.Cause(ctx))}
+	}
+	if w.err != nil {
+		return effect.Result{Outcome: effect.OutcomeFailed, Err: w.err}
 	}
 	timeout := w.Timeout
 	if timeout <= 0 {
@@ -95,6 +115,15 @@ func (w *Client) call(ctx context.Context, in effect.Intent, body []byte) effect
 	req.GetBody = nil
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", in.Key)
+	if w.Signer != nil {
+		// Signed over the very bytes the request carries, stamped now:
+		// each attempt has its own timestamp (receivers reject old ones).
+		now := time.Now
+		if w.Now != nil {
+			now = w.Now
+		}
+		w.Signer.sign(req.Header, in.Key, now(), body)
+	}
 
 	client := w.HTTP
 	if client == nil {

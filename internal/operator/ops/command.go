@@ -9,7 +9,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/runtime/acl"
 	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/processor"
 )
@@ -58,7 +60,7 @@ func SkipGap(ctx context.Context, brokers []string, opts []kgo.Opt, cmd processo
 	}
 	td, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("ops: describe %s: %w", strings.Join(topics, ", "), err)
+		return nil, fmt.Errorf("ops: describe %s: %w", strings.Join(topics, ", "), commandDenied(err, topics...))
 	}
 	for _, d := range dests {
 		t, ok := td[d.Topic]
@@ -66,7 +68,7 @@ func SkipGap(ctx context.Context, brokers []string, opts []kgo.Opt, cmd processo
 			return nil, fmt.Errorf("ops: input topic %s does not exist", d.Topic)
 		}
 		if t.Err != nil {
-			return nil, fmt.Errorf("ops: input topic %s: %w", d.Topic, t.Err)
+			return nil, fmt.Errorf("ops: input topic %s: %w", d.Topic, commandDenied(t.Err, d.Topic))
 		}
 		if d.Partition >= int32(len(t.Partitions)) {
 			return nil, fmt.Errorf("ops: %s has no partition %d", d.Topic, d.Partition)
@@ -82,7 +84,7 @@ func SkipGap(ctx context.Context, brokers []string, opts []kgo.Opt, cmd processo
 	}
 	res := cl.ProduceSync(ctx, recs...)
 	if err := res.FirstErr(); err != nil {
-		return nil, fmt.Errorf("ops: produce skip-gap command: %w", err)
+		return nil, fmt.Errorf("ops: produce skip-gap command: %w", commandDenied(err, topics...))
 	}
 	// Results come in completion order; the records themselves are in ours.
 	out := make([]Sent, 0, len(recs))
@@ -116,14 +118,14 @@ func DescribeGroup(ctx context.Context, brokers []string, opts []kgo.Opt, group 
 	defer cl.Close()
 	gs, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
 	if err != nil {
-		return GroupState{}, fmt.Errorf("ops: describe group %s: %w", group, err)
+		return GroupState{}, fmt.Errorf("ops: describe group %s: %w", group, describeDenied(err, group))
 	}
 	g, ok := gs[group]
 	if !ok {
 		return GroupState{State: "Dead"}, nil
 	}
 	if g.Err != nil {
-		return GroupState{}, fmt.Errorf("ops: describe group %s: %w", group, g.Err)
+		return GroupState{}, fmt.Errorf("ops: describe group %s: %w", group, describeDenied(g.Err, group))
 	}
 	return GroupState{State: g.State, Members: len(g.Members)}, nil
 }
@@ -155,4 +157,20 @@ func Await(ctx context.Context, timeout, interval time.Duration, applied func() 
 		case <-time.After(interval):
 		}
 	}
+}
+
+// commandDenied names what sending a command to topics needs: Write (which
+// implies Describe, and on Kafka 2.8 and later the idempotent producer's
+// permission too; docs/operations.md#kafka-acls).
+func commandDenied(err error, topics ...string) error {
+	var needs []acl.Need
+	for _, t := range topics {
+		needs = append(needs, acl.Topic(t, kmsg.ACLOperationWrite, "send the command"))
+	}
+	return acl.Denied(err, needs...)
+}
+
+// describeDenied names what asking whether a worker runs in group needs.
+func describeDenied(err error, group string) error {
+	return acl.Denied(err, acl.Group(group, kmsg.ACLOperationDescribe, "tell whether a worker runs to apply the command"))
 }

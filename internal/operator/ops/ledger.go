@@ -68,7 +68,7 @@ func SendResolve(ctx context.Context, opts []kgo.Opt, effectsTopic, key string, 
 	r := &kgo.Record{Topic: effectsTopic, Key: []byte(key), Value: v,
 		Headers: []kgo.RecordHeader{{Key: sideeffects.HeaderCommand, Value: []byte(sideeffects.OpResolve)}}}
 	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return fmt.Errorf("ops: send resolve for %q: %w", key, err)
+		return fmt.Errorf("ops: send resolve for %q: %w", key, commandDenied(err, effectsTopic))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/projector-dev/projector/internal/runtime/acl"
 	"github.com/projector-dev/projector/processor"
 )
 
@@ -68,6 +69,19 @@ func SkipGapAndWait(ctx context.Context, t Target, k Skip) (*Skipped, error) {
 			dests = append(dests, Sent{Topic: in, Partition: -1})
 		}
 	}
+	// Whether a worker runs is asked before the command goes out, so that a
+	// principal that may not describe the group is told before anything is
+	// sent (a second skip after a failed first would skip another gap).
+	var wk GroupState
+	var werr error
+	if !k.NoWait {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wk, werr = DescribeGroup(wctx, t.Brokers, t.ClientOpts, t.Group)
+		cancel()
+		if acl.IsAuthorization(werr) {
+			return out, werr
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	sent, err := SkipGap(sctx, t.Brokers, t.ClientOpts,
 		processor.Command{Projection: k.Projection, Aggregate: k.Aggregate, Note: k.Note}, dests)
@@ -83,10 +97,7 @@ func SkipGapAndWait(ctx context.Context, t Target, k Skip) (*Skipped, error) {
 	if k.NoWait {
 		return out, nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	wk, err := DescribeGroup(wctx, t.Brokers, t.ClientOpts, t.Group)
-	cancel()
-	if err == nil && !wk.Running() {
+	if werr == nil && !wk.Running() {
 		out.Queued = &wk
 		return out, nil
 	}

@@ -9,6 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/internal/runtime/acl"
 )
 
 // partition is one input partition's range for this run.
@@ -148,4 +152,19 @@ func fetchCommitted(ctx context.Context, adm *kadm.Client, group string, topics 
 		return kadm.OffsetResponses{}, nil
 	}
 	return committed, err
+}
+
+// checkAccess checks, before the end offsets are captured, the permissions
+// that capture and the replay need on the inputs and the rebuild's group,
+// so that a missing one is named (acl.Check); the rebuild's processor
+// checks the rest as it starts (docs/operations.md#kafka-acls).
+func checkAccess(ctx context.Context, cl *kgo.Client, group string, inputs []string) error {
+	needs := []acl.Need{acl.Group(group, kmsg.ACLOperationRead, "run the rebuild's consumer group")}
+	for _, in := range inputs {
+		needs = append(needs, acl.Topic(in, kmsg.ACLOperationRead, "replay it"))
+	}
+	if _, err := acl.Check(ctx, cl, needs); err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	return nil
 }

@@ -277,6 +277,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer admCl.Close()
+	if err := checkAccess(ctx, admCl, group, cfg.Kafka.Input); err != nil {
+		return nil, err
+	}
 	adm := kadm.NewClient(admCl)
 	pos, err := capture(ctx, adm, group, cfg.Kafka.Input, o.From)
 	if err != nil {

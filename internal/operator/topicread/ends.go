@@ -9,6 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/internal/runtime/acl"
 )
 
 // StableEnds lists where a read_committed read of topics ends: per partition
@@ -26,14 +29,19 @@ func StableEnds(ctx context.Context, opts []kgo.Opt, topics ...string) (ends map
 	adm := kadm.NewClient(cl)
 	starts, err := adm.ListStartOffsets(ctx, topics...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("start offsets of %s: %w", strings.Join(topics, ", "), err)
+		return nil, nil, fmt.Errorf("start offsets of %s: %w", strings.Join(topics, ", "), denied(err, topics...))
+	}
+	gone := map[string]bool{}
+	// A topic the principal may not read fails here, on its start offsets:
+	// said once, before its end offsets are asked for.
+	if err := failed(starts, "start", gone); err != nil {
+		return nil, nil, err
 	}
 	lsos, err := adm.ListCommittedOffsets(ctx, topics...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("end offsets of %s: %w", strings.Join(topics, ", "), err)
+		return nil, nil, fmt.Errorf("end offsets of %s: %w", strings.Join(topics, ", "), denied(err, topics...))
 	}
-	gone := map[string]bool{}
-	if err := errors.Join(failed(starts, "start", gone), failed(lsos, "end", gone)); err != nil {
+	if err := failed(lsos, "end", gone); err != nil {
 		return nil, nil, err
 	}
 	ends = map[string]map[int32]Range{}
@@ -65,7 +73,7 @@ func failed(l kadm.ListedOffsets, which string, gone map[string]bool) error {
 		case errors.Is(o.Err, kerr.UnknownTopicOrPartition):
 			gone[o.Topic] = true
 		case o.Err != nil:
-			errs = append(errs, fmt.Errorf("%s offset of %s/%d: %w", which, o.Topic, o.Partition, o.Err))
+			errs = append(errs, fmt.Errorf("%s offset of %s/%d: %w", which, o.Topic, o.Partition, denied(o.Err, o.Topic)))
 		}
 	})
 	return errors.Join(errs...)
@@ -120,4 +128,14 @@ func ClientOpts(o Options) []kgo.Opt {
 		iso = kgo.ReadUncommitted()
 	}
 	return []kgo.Opt{kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords()}
+}
+
+// denied names what a refused read of topics needs: Read, which implies the
+// Describe that listing offsets asks for (docs/operations.md#kafka-acls).
+func denied(err error, topics ...string) error {
+	needs := make([]acl.Need, 0, len(topics))
+	for _, t := range topics {
+		needs = append(needs, acl.Topic(t, kmsg.ACLOperationRead, "read it"))
+	}
+	return acl.Denied(err, needs...)
 }

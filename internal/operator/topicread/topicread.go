@@ -138,7 +138,7 @@ func (rd *reader) poll(ctx context.Context, cl *kgo.Client) (bool, error) {
 	var ferr error
 	fs.EachError(func(tp string, p int32, err error) {
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && ferr == nil {
-			ferr = fmt.Errorf("read %s/%d: %w", tp, p, err)
+			ferr = fmt.Errorf("read %s/%d: %w", tp, p, denied(err, tp))
 		}
 	})
 	if ferr != nil {

@@ -223,6 +223,11 @@ type Webhook struct {
 	URL string `yaml:"url"`
 	// Timeout per request; default 5s.
 	Timeout Duration `yaml:"timeout"`
+	// SigningSecret, when set, signs every call as the Standard Webhooks
+	// specification defines (webhook-id, webhook-timestamp,
+	// webhook-signature): one secret, or several during a rotation, each
+	// whsec_ + base64 of a 24 to 64 byte key. Optional.
+	SigningSecret SigningSecrets `yaml:"signingSecret"`
 }
 
 // HTTP configures the metrics and health endpoint server.

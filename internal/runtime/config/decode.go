@@ -176,6 +176,12 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return // null leaves the zero value: "use the default"
 	}
 	t := v.Type()
+	if t == signingSecretsType {
+		if ss, ok := d.decodeSigningSecrets(n, path); ok {
+			v.Set(reflect.ValueOf(ss))
+		}
+		return
+	}
 	if t == durationType || t == byteSizeType {
 		// The units decode themselves, with the same messages as in any
 		// other YAML document.

@@ -333,6 +333,7 @@ func (c *Config) validateSideEffects(l *errorList) {
 		}
 		checkURL(l, key+".webhook.url", s.Webhook.URL)
 		positive(l, key+".webhook.timeout", s.Webhook.Timeout)
+		validateSigningSecrets(l, key+".webhook.signingSecret", s.Webhook.SigningSecret)
 		between(l, key+".maxAttempts", s.MaxAttempts, 1, 1000)
 		oneOf(l, key+".onUnknown", s.OnUnknown, OnUnknownRetry, OnUnknownPark)
 	}

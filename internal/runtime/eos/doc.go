@@ -29,6 +29,12 @@
 // A transaction has one Batch and one state.Txn per task; each task's state
 // is one Pebble batch with its changelog offset (docs/decisions/004).
 //
+// Before it joins its group, Run checks the Kafka permissions it needs
+// (access.go: the group, the inputs, changelogs and outputs) and stops with
+// an acl.DeniedError naming every missing one; a changelog's unreadable
+// delete.retention.ms is such an error too, never guessed
+// (docs/operations.md#kafka-acls).
+//
 // Goroutines: Run owns the loop and every client it creates. kgo's group
 // callbacks only record assignment changes under a mutex; the loop acts on
 // them between transactions. The Handler makes one TaskHandler per owned

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/runtime/acl"
 	"github.com/projector-dev/projector/internal/runtime/state"
 )
 
@@ -100,6 +101,10 @@ type Config struct {
 	// Topics the loop creates when missing (changelogs are added).
 	OutputTopics []TopicSpec
 	Partitions   int32 // for missing topics
+	// Needs are Kafka permissions the user needs beyond the loop's own
+	// (access.go), checked with them before the loop starts: the
+	// executor's outcome reports write to its input, say.
+	Needs []acl.Need
 	// CreateInputs creates missing input topics with Partitions partitions
 	// (the embedded broker). Off, a missing input is waited for, reported
 	// in the log and by Stats.Readiness, never created: on a real cluster
@@ -287,7 +292,7 @@ func (l *Loop[T]) Run(ctx context.Context) (err error) {
 			return nil
 		}
 		if err := l.fetchError(fetches); err != nil {
-			return err
+			return l.groupDenied(err)
 		}
 		// Re-sync: a rebalance may have happened during the poll; the tasks
 		// with records must be restored (again) before they are processed.

@@ -2,13 +2,14 @@ package eos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/internal/runtime/acl"
 )
 
 // retention is a changelog topic's delete.retention.ms, as read at a time.
@@ -20,7 +21,7 @@ type retention struct {
 // Tombstone retention (docs/decisions/007).
 const (
 	// defaultDeleteRetention is Kafka's default delete.retention.ms, assumed
-	// when the broker does not say (or may not be asked).
+	// when the broker does not say.
 	defaultDeleteRetention = 24 * time.Hour
 	// retentionTTL is how long a topic's delete.retention.ms read is used
 	// before it is read again (an operator may change it).
@@ -45,10 +46,12 @@ func (r *restorer) deleteRetention(ctx context.Context, topic string) (time.Dura
 	if err == nil {
 		err = rc.Err
 	}
-	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
-		// May not describe the topic: assume Kafka's default, once per TTL.
-		r.cfg.Logger.Warn("cannot read the changelog's delete.retention.ms; assuming Kafka's default", "topic", topic, "default", defaultDeleteRetention, "err", err)
-		err = nil
+	if acl.IsAuthorization(err) {
+		// Not guessed: a retention shorter than the default assumed would
+		// let a stale store miss deletions. The loop checks this permission
+		// at start (access.go); this is for brokers that do not report it.
+		return 0, fmt.Errorf("eos: restore: describe configs of %s: %w", topic,
+			acl.Denied(err, acl.Topic(topic, kmsg.ACLOperationDescribeConfigs, "read its delete.retention.ms, docs/decisions/007")))
 	}
 	if err != nil {
 		return 0, fmt.Errorf("eos: restore: describe configs of %s: %w", topic, brokerErr(err))

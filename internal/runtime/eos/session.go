@@ -8,6 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/internal/runtime/acl"
 )
 
 // closeWait bounds how long leaving the group may take at shutdown.
@@ -178,7 +180,8 @@ func (l *Loop[T]) initProducer(ctx context.Context, sess *kgo.GroupTransactSessi
 	initCtx, cancel := context.WithTimeout(ctx, l.cfg.TransactionTimeout+l.cfg.SessionTimeout)
 	defer cancel()
 	if _, _, err := sess.Client().ProducerID(initCtx); err != nil {
-		return fmt.Errorf("eos: initialise transactional id %s: %w", l.cfg.TransactionalID, err)
+		return fmt.Errorf("eos: initialise transactional id %s: %w", l.cfg.TransactionalID,
+			acl.Denied(err, acl.TransactionalID(l.cfg.TransactionalID, "run its transactions")))
 	}
 	return nil
 }

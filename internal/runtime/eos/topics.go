@@ -11,6 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/internal/runtime/acl"
 )
 
 // ensureTopics creates the topics the loop needs when they are missing and
@@ -23,6 +26,12 @@ func (l *Loop[T]) ensureTopics(ctx context.Context) error {
 		return fmt.Errorf("eos: admin client: %w", err)
 	}
 	defer cl.Close()
+	// Permissions first (access.go), on what exists now; the topics created
+	// below are checked once they exist.
+	absent, err := l.checkAccess(ctx, cl, nil)
+	if err != nil {
+		return err
+	}
 	adm := kadm.NewClient(cl)
 	if !l.cfg.CreateInputs {
 		if err := l.waitInputs(ctx, adm); err != nil {
@@ -44,7 +53,13 @@ func (l *Loop[T]) ensureTopics(ctx context.Context) error {
 			specs[i].MaxMessageBytes = MaxBatchBytes(l.cfg.MaxRecordBytes)
 		}
 	}
-	return EnsureTopics(ctx, adm, specs, l.cfg.Partitions)
+	if err := EnsureTopics(ctx, adm, specs, l.cfg.Partitions); err != nil {
+		return err
+	}
+	if len(absent) > 0 {
+		_, err = l.checkAccess(ctx, cl, absent)
+	}
+	return err
 }
 
 // inputWait is how often a missing input topic is looked for again.
@@ -160,11 +175,13 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, part
 			cfgs["max.message.bytes"] = &mb
 		}
 		resp, err := adm.CreateTopic(ctx, want, -1, cfgs, s.Name)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("eos: create topic %s: %w", s.Name, err)
+		if err == nil {
+			err = resp.Err
 		}
-		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("eos: create topic %s: %w", s.Name, resp.Err)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			// Create on the topic (or on the cluster) is what a refusal lacks.
+			return fmt.Errorf("eos: create topic %s: %w", s.Name,
+				acl.Denied(err, acl.Topic(s.Name, kmsg.ACLOperationCreate, "create it, as it does not exist")))
 		}
 		details[s.Name] = kadm.TopicDetail{Topic: s.Name, Partitions: make(kadm.PartitionDetails, want)}
 		for i := int32(0); i < want; i++ {

@@ -155,6 +155,9 @@ func (s *Server) Listening() <-chan struct{} { return s.srv.Listening() }
 // they have been answered. It returns an error if it cannot listen.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.producer.Close()
+	if err := s.checkAccess(ctx); err != nil {
+		return err
+	}
 	stopAfter := context.AfterFunc(ctx, func() { close(s.stop) })
 	defer stopAfter()
 	// The reader outlives the listener: requests being drained may still
@@ -202,8 +205,7 @@ func (s *Server) ensureTopic(ctx context.Context) error {
 			defer cl.Close()
 			tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			return eos.EnsureTopics(tctx, kadm.NewClient(cl), []eos.TopicSpec{{Name: s.cfg.ReceiptsTopic, Compacted: true,
-				MaxMessageBytes: eos.MaxBatchBytes(s.cfg.MaxRecordBytes)}}, s.cfg.Partitions)
+			return eos.EnsureTopics(tctx, kadm.NewClient(cl), []eos.TopicSpec{s.receiptsSpec()}, s.cfg.Partitions)
 		}()
 		if err == nil {
 			return nil
