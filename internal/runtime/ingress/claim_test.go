@@ -488,3 +488,46 @@ func interleave(t *testing.T, c *kfake.Cluster, topic string, first, second int3
 	})
 	return func() { stopped.Store(true) }
 }
+
+// TestIngressKeyBeforeClaims: a key ingested before the claims existed has
+// receipts and no decision. A request of another shape is refused from
+// them (409) and writes nothing; the first payload, half ingested (a batch
+// whose second event was never written), is completed by a claim, its
+// first event a duplicate.
+func TestIngressKeyBeforeClaims(t *testing.T) {
+	b, brokers := testkit.Broker(t, 2, "events")
+	ctx := context.Background()
+	ev := func(i int) string {
+		return fmt.Sprintf(`{"eventType":"CaseOpened","aggregateId":"L-%d","aggregateVersion":1,"payload":{"i":%d}}`, i, i)
+	}
+	// Event 0 of a batch of two, as the ingress wrote it before claims.
+	origin, _ := json.Marshal(receipt.Origin{TenantID: "t1", Key: "legacy", Index: 0, Count: 2, Batch: true})
+	v0 := `{"eventId":"` + receipt.EventID("t1", "legacy", 0) + `","tenantId":"t1",` + ev(0)[1:]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "events", Key: []byte("L-0"), Value: []byte(v0),
+		Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: origin}}}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, b.Addr(), "w1", true, nil)
+	waitFor(t, "the legacy receipt", func() bool {
+		req, _ := http.NewRequest("GET", w.url+"/v1/receipts/legacy?tenant=t1", nil)
+		return do(t, req).code == http.StatusAccepted // one of its two events has a receipt
+	})
+	problemField(t, post(t, w.url, "legacy", "t1", `{"events":[`+ev(0)+`,`+ev(1)+`,`+ev(2)+`]}`), http.StatusConflict, ingress.HeaderKey)
+	if n := claimed(t, brokers); n != 0 {
+		t.Fatalf("a refused request wrote %d claims", n)
+	}
+	r := post(t, w.url, "legacy", "t1", `{"events":[`+ev(0)+`,`+ev(1)+`]}`)
+	if got := decodeOK(t, r); r.code != http.StatusCreated || len(got.Events) != 2 || got.Events[0].Offset != 0 {
+		t.Fatalf("the first payload, completed: %d %s", r.code, r.body)
+	}
+	waitProcessed(t, brokers, "events")
+	recs, err := testkit.ReadAll(ctx, brokers, "overview.v1")
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("%d projection records (%v), want one per event", len(recs), err)
+	}
+}

@@ -278,17 +278,22 @@ func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 	have := make([]*receipt.Receipt, len(req.items))
 	won := s.view.claim(req.tenant, req.key)
-	if won == nil && len(s.lookup(req, have, indices(len(req.items)))) == 0 {
-		// Ingested before claims existed: its receipts are its decision.
-		if f := req.compare(have); f != nil {
-			writeProblem(w, f.status, f.field, "%s", f.detail)
-			return
-		}
-		w.Header().Set(HeaderReplayed, "true")
-		writeJSON(w, http.StatusOK, req.body(have))
-		return
-	}
 	if won == nil {
+		// Receipts without a decision: a key ingested before claims
+		// existed (or a claim receipt not read yet). They are the first
+		// payload's: another one is refused here, and a complete set
+		// answered; an incomplete one is completed by a claim.
+		if missing := s.lookup(req, have, indices(len(req.items))); len(missing) < len(req.items) {
+			if f := req.compare(have); f != nil {
+				writeProblem(w, f.status, f.field, "%s", f.detail)
+				return
+			}
+			if len(missing) == 0 {
+				w.Header().Set(HeaderReplayed, "true")
+				writeJSON(w, http.StatusOK, req.body(have))
+				return
+			}
+		}
 		if err := s.writeClaim(r.Context(), req); err != nil {
 			s.cfg.Logger.Warn("ingress: writing the claim failed", "topic", s.cfg.ClaimsTopic, "err", err)
 			writeProblem(w, http.StatusServiceUnavailable, "", "the request could not be written (%v); retry with the same key", err)
