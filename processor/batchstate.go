@@ -84,7 +84,9 @@ func (bs *batchState) committed() {
 		}
 	}
 	bs.release()
-	bs.ts.dedup.Committed(&bs.marks)
+	if !bs.ts.claims { // a claims task has no dedup state (its batch only counts dead letters)
+		bs.ts.dedup.Committed(&bs.marks)
+	}
 }
 
 // expiring records that the transaction expires gap k: it is not due again

@@ -3,6 +3,7 @@ package processor
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,6 +51,18 @@ type Config struct {
 	// transaction as the event's other outputs (internal/runtime/receipt). Live
 	// mode only: a rebuild never writes receipts.
 	ReceiptsTopic string
+	// ClaimsTopic, set with ReceiptsTopic and IngressTopic (the ingress is
+	// configured), is an internal input: the ingress's claims, one record
+	// per HTTP request, keyed by (tenant, Idempotency-Key). The first claim
+	// of a key wins and its events are forwarded to IngressTopic; a later
+	// one forwards nothing (claim.go, docs/decisions/012-ingress-claims.md).
+	// It is created when missing with IngressTopic's partition count. Live
+	// mode only: a rebuild reads the input topics alone, so no claim is
+	// ever forwarded twice.
+	ClaimsTopic string
+	// IngressTopic is the input topic the winning claims' events are
+	// forwarded to; one of Inputs.
+	IngressTopic string
 	// WaitForInputs: a missing input topic is waited for (logged, and the
 	// reason /readyz gives), never created. Set on a real cluster, where an
 	// input's partition count is the operator's decision; off (the
@@ -148,6 +161,14 @@ func (c *Config) validate() error {
 	if c.Store == nil {
 		errs = append(errs, errors.New("processor: Store is required"))
 	}
+	if c.Mode == Live && c.ClaimsTopic != "" {
+		switch {
+		case c.ReceiptsTopic == "" || !slices.Contains(c.Inputs, c.IngressTopic):
+			errs = append(errs, errors.New("processor: ClaimsTopic needs ReceiptsTopic, and IngressTopic among Inputs"))
+		case slices.Contains(c.Inputs, c.ClaimsTopic):
+			errs = append(errs, errors.New("processor: ClaimsTopic must not be one of Inputs"))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -163,7 +184,7 @@ func StoreOptions(cacheBytes int64) StoreConfig {
 // a stream of held events a cache insert per record and evicted the
 // aggregates the cache is for.
 func heldKey(changelogKey []byte) bool {
-	return len(changelogKey) > 0 && changelogKey[0] == projection.KindHeld
+	return len(changelogKey) > 0 && (changelogKey[0] == projection.KindHeld || changelogKey[0] == claimKind)
 }
 
 // cached selects the keys the store keeps fast paths for (the value cache
@@ -172,8 +193,11 @@ func heldKey(changelogKey []byte) bool {
 // of its version ("first arrival wins" asks whether the version is held
 // already, almost always not: the filter answers without Pebble, so a
 // stream of held events is no slower than valid ones), and their values
-// stay out of the value cache (heldKey). Dedup marks (write-once, read rarely: the per-task filter
-// and the recent-ids cache answer most checks) are not selected.
+// stay out of the value cache (heldKey); so do decided claims, looked up by
+// every claim and almost always absent. Dedup marks (write-once, read
+// rarely: the per-task filter and the recent-ids cache answer most checks)
+// are not selected.
 func cached(changelogKey []byte) bool {
-	return len(changelogKey) > 0 && (changelogKey[0] == projection.KindAggregate || changelogKey[0] == projection.KindHeld)
+	return len(changelogKey) > 0 && (changelogKey[0] == projection.KindAggregate || changelogKey[0] == projection.KindHeld ||
+		changelogKey[0] == claimKind)
 }

@@ -5,7 +5,11 @@
 // records of the same Kafka transaction as the input offsets — and, for an
 // event that came through the HTTP ingress and is new to the dedup store, its
 // receipt (internal/runtime/receipt; never for a duplicate or a conflict, so the
-// first committed receipt of a key stands).
+// first committed receipt of a key stands). With the ingress configured it
+// also consumes the ingress's claims topic, an internal input whose tasks
+// decide each (tenant, key) once, for ever, and forward only the winning
+// request's events to the input topic (claim.go;
+// docs/design.md#one-request-per-key).
 //
 // Invariants (named in docs/design.md#invariants; the tests there prove them):
 //

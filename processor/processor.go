@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,6 +37,10 @@ type Processor struct {
 type taskState struct {
 	p    *Processor
 	task *eos.Task
+	// claims: the task is a partition of the ingress's claims topic, whose
+	// records are claims (claim.go); it keeps no gap index and no dedup
+	// state, only decided keys in the store.
+	claims bool
 	// gaps is the task's gap index: the aggregates with held events and
 	// since when. Change it only through setGap and closeGap, which keep
 	// sums (the per-projection summary publishGaps reports) up to date
@@ -93,6 +98,12 @@ func New(cfg Config) (*Processor, error) {
 	lc := cfg.LoopConfig(cfg.Group)
 	lc.CreateInputs = !cfg.WaitForInputs
 	lc.Inputs = cfg.Inputs
+	if p.claims() {
+		// The claims are decided on this loop, with their own changelog
+		// (restores, fencing and state as every input's).
+		lc.Inputs = append(slices.Clone(cfg.Inputs), cfg.ClaimsTopic)
+		lc.InternalInputs = []eos.TopicSpec{{Name: cfg.ClaimsTopic, PartitionsOf: cfg.IngressTopic}}
+	}
 	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Group, in) }
 	lc.StartOffset = cfg.StartOffset
 	lc.OutputTopics = outputs
@@ -133,7 +144,8 @@ type pipeline Processor
 
 // NewTask returns the state of a newly assigned task; its Restored fills it.
 func (h *pipeline) NewTask(t *eos.Task) *taskState {
-	ts := &taskState{p: (*Processor)(h), task: t}
+	p := (*Processor)(h)
+	ts := &taskState{p: p, task: t, claims: p.claims() && t.ID.Topic == p.cfg.ClaimsTopic}
 	ts.resetGaps()
 	return ts
 }
@@ -148,6 +160,9 @@ func (ts *taskState) resetGaps() {
 // so no batch of the task is open).
 func (ts *taskState) Restored() error {
 	p, t := ts.p, ts.task
+	if ts.claims {
+		return nil // decided keys are read from the store as claims come
+	}
 	if ts.dedup != nil {
 		// a sweep in progress survives a re-restore
 		if err := ts.dedup.Restored(p.cfg.Store.Scan, t.RestoredRecords > 0, recentIDs); err != nil {
@@ -230,13 +245,19 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 	return err
 }
 
-// Process handles one record of the task (Processor.process).
-func (ts *taskState) Process(b *eos.Batch, r *kgo.Record) error { return ts.p.process(b, ts, r) }
+// Process handles one record of the task: an input record
+// (Processor.process) or a claim (Processor.decideClaim).
+func (ts *taskState) Process(b *eos.Batch, r *kgo.Record) error {
+	if ts.claims {
+		return ts.p.decideClaim(b, ts, r)
+	}
+	return ts.p.process(b, ts, r)
+}
 
 // Stage writes the batch's dedup segment: its marks reach the changelog as
 // one record.
 func (ts *taskState) Stage(b *eos.Batch) {
-	if ts.open == b {
+	if ts.open == b && !ts.claims {
 		ts.dedup.Stage(b.Txn, &ts.openState.marks)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/operator/topicread"
 	"github.com/projector-dev/projector/internal/runtime/acl"
 )
 
@@ -22,6 +23,10 @@ type partition struct {
 	start     int64 // where this run starts: the committed offset, else the reset point
 	end       int64 // the end offset captured at start
 	at        int64 // the group's committed offset now (start until it commits)
+	// moved: at changed at the last poll; checked: the range [at, end) has
+	// been read since at last changed (settle); markers: it held no record
+	// a consumer is given, only transaction markers (or aborted records).
+	moved, checked, markers bool
 }
 
 // positions track the rebuild group against the end offsets taken at start.
@@ -103,17 +108,48 @@ func (p *positions) poll(ctx context.Context, adm *kadm.Client) error {
 		return err
 	}
 	for _, pt := range p.parts {
+		pt.moved = false
 		if c, ok := committed.Lookup(pt.topic, pt.partition); ok && c.Err == nil && c.At > pt.at {
-			pt.at = c.At
+			pt.at, pt.moved, pt.checked = c.At, true, false
 		}
 	}
 	return nil
 }
 
-// done reports whether every partition reached its end offset.
+// errRecordLeft ends settle's read at the first record a consumer is given.
+var errRecordLeft = errors.New("a record is left")
+
+// settle reads, for each partition whose committed offset stopped short of
+// its end offset (it did not move at the last poll), what is left below the
+// end offset, once per committed offset: when that is only transaction
+// markers the partition is done. A consumer group commits the offset after
+// the last record it was given, never past a marker, so a partition written
+// in transactions (the ingress's events, forwarded by its claims) ends one
+// or more offsets beyond what the group will ever commit. opts are the
+// reading client's (brokers, TLS, SASL).
+func (p *positions) settle(ctx context.Context, opts []kgo.Opt) error {
+	for _, pt := range p.parts {
+		if pt.at >= pt.end || pt.moved || pt.checked {
+			continue
+		}
+		rng := map[string]map[int32]topicread.Range{pt.topic: {pt.partition: {Start: pt.at, End: pt.end}}}
+		err := topicread.Partitions(ctx, opts, rng, topicread.Options{}, func(*kgo.Record) error { return errRecordLeft })
+		switch {
+		case err == nil:
+			pt.markers = true
+		case !errors.Is(err, errRecordLeft):
+			return err
+		}
+		pt.checked = true
+	}
+	return nil
+}
+
+// done reports whether every partition reached its end offset, or has
+// only transaction markers left below it (settle).
 func (p *positions) done() bool {
 	for _, pt := range p.parts {
-		if pt.at < pt.end {
+		if pt.at < pt.end && !pt.markers {
 			return false
 		}
 	}
@@ -125,9 +161,15 @@ func (p *positions) total() int64 {
 	return p.sum(func(pt *partition) int64 { return max(pt.end-pt.start, 0) })
 }
 
-// progress is the part of total already behind the committed offsets.
+// progress is the part of total already behind the committed offsets (all
+// of a partition with only markers left).
 func (p *positions) progress() int64 {
-	return p.sum(func(pt *partition) int64 { return min(max(pt.at-pt.start, 0), max(pt.end-pt.start, 0)) })
+	return p.sum(func(pt *partition) int64 {
+		if pt.markers {
+			return max(pt.end-pt.start, 0)
+		}
+		return min(max(pt.at-pt.start, 0), max(pt.end-pt.start, 0))
+	})
 }
 
 // consumed is how many input offsets the group committed past the start.

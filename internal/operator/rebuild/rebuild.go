@@ -318,7 +318,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	log.Info("rebuild started", "projection", pc.Name, "topic", o.Topic, "group", group,
 		"resumed", pos.resumed, "target", res.Target)
-	res.Completed = o.watch(pctx, stopped, pos, adm)
+	res.Completed = o.watch(pctx, stopped, pos, adm, append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, copts...))
 	res.Duration = time.Since(began) // to the end offsets, or to the stop
 	stop()
 	wg.Wait() // runErr is set
@@ -395,9 +395,10 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 }
 
 // watch polls the rebuild group's offsets every PollInterval, reporting
-// progress, until they reach the captured end offsets (true) or the
-// processor stops or pctx ends first (false).
-func (o Options) watch(pctx context.Context, stopped <-chan struct{}, pos *positions, adm *kadm.Client) bool {
+// progress, until they reach the captured end offsets, or only transaction
+// markers are left below them (true), or the processor stops or pctx ends
+// first (false). readOpts are the options of a client reading the inputs.
+func (o Options) watch(pctx context.Context, stopped <-chan struct{}, pos *positions, adm *kadm.Client, readOpts []kgo.Opt) bool {
 	tick := time.NewTicker(o.PollInterval)
 	defer tick.Stop()
 	for {
@@ -416,6 +417,9 @@ func (o Options) watch(pctx context.Context, stopped <-chan struct{}, pos *posit
 		}
 		if o.Progress != nil {
 			o.Progress.update(pos, time.Now())
+		}
+		if err := pos.settle(pctx, readOpts); err != nil && pctx.Err() == nil {
+			o.Logger.Debug("reading what is left of the inputs", "err", err)
 		}
 		if pos.done() {
 			return true

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -241,7 +242,7 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 			return nil, err
 		}
 	}
-	if err := a.newMetrics(cfg, copts); err != nil {
+	if err := a.newMetrics(cfg, copts, o.Mode); err != nil {
 		return nil, err
 	}
 	if o.Mode == processor.Live && cfg.Ingress.Enabled() {
@@ -269,7 +270,7 @@ func warnDefaultInstanceID(cfg *config.Config, log *slog.Logger) {
 }
 
 // newMetrics registers the contract's metrics over the parts this role runs.
-func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt) error {
+func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt, mode processor.Mode) error {
 	mo := metrics.OptionsFromConfig(cfg)
 	mo.Logger = a.Logger
 	mo.Pebble = map[string]func() *pebble.Metrics{}
@@ -282,7 +283,13 @@ func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt) error {
 	if a.Processor != nil {
 		mo.Processor = a.Processor.Stats()
 		mo.Pebble["processor"] = a.Store.Metrics
-		lags = append(lags, metrics.NewKafkaLag(adm, cfg.Name, cfg.Kafka.Input...))
+		inputs := cfg.Kafka.Input
+		if cfg.Ingress != nil && mode == processor.Live {
+			// The ingress's claims are an input too: their lag is
+			// requests waiting to be decided.
+			inputs = append(slices.Clone(inputs), cfg.Ingress.ClaimsTopic)
+		}
+		lags = append(lags, metrics.NewKafkaLag(adm, cfg.Name, inputs...))
 	}
 	if a.Executor != nil {
 		mo.Executor = a.Executor.Stats()
@@ -330,8 +337,8 @@ func (a *App) newProcessor(cfg *config.Config, o Options, d derived, copts []kgo
 		Mode: o.Mode,
 	}
 	pc.MaxRecordsPerTxn = cfg.Kafka.MaxRecordsPerTransaction
-	if cfg.Ingress != nil {
-		pc.ReceiptsTopic = cfg.Ingress.ReceiptsTopic
+	if in := cfg.Ingress; in != nil {
+		pc.ReceiptsTopic, pc.ClaimsTopic, pc.IngressTopic = in.ReceiptsTopic, in.ClaimsTopic, in.Topic
 	}
 	if d.rules != nil {
 		pc.EffectRules = d.rules

@@ -33,7 +33,7 @@ func (a *App) newIngress(cfg *config.Config, copts []kgo.Opt, log *slog.Logger) 
 		return err
 	}
 	a.Ingress, err = ingress.New(ingress.Config{
-		Listen: in.Listen, Topic: in.Topic, ReceiptsTopic: in.ReceiptsTopic, Timeout: in.Timeout.Std(),
+		Listen: in.Listen, Topic: in.Topic, ReceiptsTopic: in.ReceiptsTopic, ClaimsTopic: in.ClaimsTopic, Timeout: in.Timeout.Std(),
 		MaxBodyBytes: int64(in.MaxBodyBytes), MaxBatch: in.MaxBatch, RequireTenant: in.RequireTenant,
 		MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes), Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions),
 		Gate:    gate,

@@ -260,6 +260,11 @@ type Ingress struct {
 	// ReceiptsTopic (compacted) holds one receipt per ingested event;
 	// default "<name>.receipts".
 	ReceiptsTopic string `yaml:"receiptsTopic"`
+	// ClaimsTopic holds one claim per request, keyed by tenant and
+	// Idempotency-Key, which the processors decide (first wins); default
+	// "<name>.claims". Created when missing with the partition count of
+	// Topic.
+	ClaimsTopic string `yaml:"claimsTopic"`
 	// Timeout is how long a request waits for its committed receipt before
 	// it is answered 202 Accepted with a Location to poll; default 10s.
 	Timeout Duration `yaml:"timeout"`
@@ -381,6 +386,9 @@ func (c *Config) ApplyDefaults() {
 		}
 		if in.ReceiptsTopic == "" && c.Name != "" {
 			in.ReceiptsTopic = c.Name + ".receipts"
+		}
+		if in.ClaimsTopic == "" && c.Name != "" {
+			in.ClaimsTopic = c.Name + ".claims"
 		}
 		if in.Timeout == 0 {
 			in.Timeout = Duration(DefaultIngressTimeout)

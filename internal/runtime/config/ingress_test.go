@@ -27,7 +27,7 @@ func TestIngressConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := c.Ingress
-	if !in.Enabled() || in.Topic != "a" || in.ReceiptsTopic != "ing.receipts" || in.Timeout.Std() != 10*time.Second ||
+	if !in.Enabled() || in.Topic != "a" || in.ReceiptsTopic != "ing.receipts" || in.ClaimsTopic != "ing.claims" || in.Timeout.Std() != 10*time.Second ||
 		in.MaxBodyBytes != c.Kafka.MaxRecordBytes || in.MaxBatch != 100 || in.RequireTenant {
 		t.Fatalf("ingress defaults: %+v", in)
 	}
@@ -44,6 +44,8 @@ func TestIngressConfig(t *testing.T) {
 		{"ingress: {listen: 127.0.0.1:8080, receiptsTopic: b}", `ingress.receiptsTopic: topic "b" is also an input topic`},
 		{"ingress: {listen: 127.0.0.1:8080, receiptsTopic: p.v1}", `ingress.receiptsTopic: topic "p.v1" is already used by projections[0].topic`},
 		{"ingress: {listen: 127.0.0.1:8080, receiptsTopic: ing.dlq}", `ingress.receiptsTopic: topic "ing.dlq" is already used by kafka.deadLetterTopic`},
+		{"ingress: {listen: 127.0.0.1:8080, claimsTopic: a}", `ingress.claimsTopic: topic "a" is also an input topic`},
+		{"ingress: {listen: 127.0.0.1:8080, claimsTopic: ing.receipts}", `ingress.claimsTopic: topic "ing.receipts" is already used by ingress.receiptsTopic`},
 		{"ingress: {listen: 127.0.0.1:8080, timeout: -1s}", "ingress.timeout"},
 		{"ingress: {listen: 127.0.0.1:8080, maxBatch: 20000}", "ingress.maxBatch"},
 		{"ingress: {listen: 127.0.0.1:8080, maxBodyBytes: 1}", "ingress.maxBodyBytes"},

@@ -182,8 +182,8 @@ func (c *Config) validateBrokers(l *errorList) {
 }
 
 // validateTopics checks the input topics, then the output topics (dead
-// letters, effects, projections, the ingress's receipts), which must differ
-// from the inputs (a loop) and from each other.
+// letters, effects, projections, the ingress's receipts) and the ingress's
+// claims, which must differ from the inputs (a loop) and from each other.
 func (c *Config) validateTopics(l *errorList) {
 	k := &c.Kafka
 	if len(k.Input) == 0 {
@@ -225,6 +225,9 @@ func (c *Config) validateTopics(l *errorList) {
 	}
 	if c.Ingress != nil {
 		output("ingress.receiptsTopic", c.Ingress.ReceiptsTopic)
+		// An internal input, not an output, but as an output it must be
+		// neither an input topic nor another of the worker's topics.
+		output("ingress.claimsTopic", c.Ingress.ClaimsTopic)
 	}
 }
 

@@ -110,6 +110,10 @@ type Config struct {
 	// in the log and by Stats.Readiness, never created: on a real cluster
 	// an input's partition count is the operator's decision.
 	CreateInputs bool
+	// InternalInputs are inputs the loop's user owns (the ingress's claims
+	// topic), each also listed in Inputs: a missing one is created as its
+	// spec says whatever CreateInputs is, and never waited for.
+	InternalInputs []TopicSpec
 
 	// StartOffset is where a group with no committed offset starts
 	// (default: the earliest offset).

@@ -1,6 +1,7 @@
 package eos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,11 @@ func (l *Loop[T]) ensureTopics(ctx context.Context) error {
 	var specs []TopicSpec
 	for _, in := range l.cfg.Inputs {
 		// Listed either way: the changelogs follow their partition count.
-		specs = append(specs, TopicSpec{Name: in, MustExist: !l.cfg.CreateInputs})
+		spec := TopicSpec{Name: in, MustExist: !l.cfg.CreateInputs}
+		if i := slices.IndexFunc(l.cfg.InternalInputs, func(s TopicSpec) bool { return s.Name == in }); i >= 0 {
+			spec = l.cfg.InternalInputs[i]
+		}
+		specs = append(specs, spec)
 	}
 	for _, in := range l.cfg.Inputs {
 		specs = append(specs, TopicSpec{Name: l.cfg.ChangelogOf(in), Compacted: true, CopartitionOf: in})
@@ -71,8 +76,14 @@ const inputWait = 5 * time.Second
 func (l *Loop[T]) waitInputs(ctx context.Context, adm *kadm.Client) error {
 	var logged []string
 	defer l.setMissing(nil)
+	var external []string // the inputs to wait for: not the internal ones, which are created
+	for _, in := range l.cfg.Inputs {
+		if !slices.ContainsFunc(l.cfg.InternalInputs, func(s TopicSpec) bool { return s.Name == in }) {
+			external = append(external, in)
+		}
+	}
 	for {
-		details, err := adm.ListTopics(ctx, l.cfg.Inputs...)
+		details, err := adm.ListTopics(ctx, external...)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -80,7 +91,7 @@ func (l *Loop[T]) waitInputs(ctx context.Context, adm *kadm.Client) error {
 			return fmt.Errorf("eos: list input topics: %w", err)
 		}
 		var missing []string
-		for _, in := range l.cfg.Inputs {
+		for _, in := range external {
 			d, ok := details[in]
 			switch {
 			case ok && d.Err == nil:
@@ -94,7 +105,7 @@ func (l *Loop[T]) waitInputs(ctx context.Context, adm *kadm.Client) error {
 		}
 		if len(missing) == 0 {
 			if len(logged) > 0 {
-				l.cfg.Logger.Info("input topics exist now; starting", "topics", l.cfg.Inputs)
+				l.cfg.Logger.Info("input topics exist now; starting", "topics", external)
 			}
 			return nil
 		}
@@ -123,6 +134,10 @@ type TopicSpec struct {
 	Compacted bool
 	// CopartitionOf names the topic whose partition count this one must match.
 	CopartitionOf string
+	// PartitionsOf names the topic whose partition count this one is
+	// created with when missing (it must exist, or come before it); unlike
+	// CopartitionOf, an existing topic is taken with any count.
+	PartitionsOf string
 	// MustExist: a missing topic is an error, not created.
 	MustExist bool
 	// MaxMessageBytes, when set, is the created topic's max.message.bytes.
@@ -149,10 +164,10 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec, part
 	}
 	for _, s := range specs {
 		want := partitions
-		if s.CopartitionOf != "" {
-			n, ok := count(s.CopartitionOf)
+		if like := cmp.Or(s.CopartitionOf, s.PartitionsOf); like != "" {
+			n, ok := count(like)
 			if !ok {
-				return fmt.Errorf("eos: topic %s: its input %s does not exist", s.Name, s.CopartitionOf)
+				return fmt.Errorf("eos: topic %s: its input %s does not exist", s.Name, like)
 			}
 			want = n
 		}

@@ -9,8 +9,8 @@ import (
 )
 
 // getReceipt answers GET /v1/receipts/{key}: the body a replay gets (200),
-// 202 while some events of the request have no receipt yet, 404 when none
-// has.
+// 202 while the key is decided but some of its events have no receipt yet,
+// 404 when it is not decided.
 func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) {
 	if ok, why := s.Ready(); !ok {
 		writeProblem(w, http.StatusServiceUnavailable, "", "not ready: %s", why)
@@ -21,25 +21,25 @@ func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, 400, "key", "the key must be 1 to %d printable ASCII characters", MaxKeyLen)
 		return
 	}
-	tenant, has, ok := requestTenant(r)
-	if !has {
-		tenant = r.URL.Query().Get("tenant")
-	}
-	if !ok || (tenant != "" && !printable(tenant)) {
-		writeProblem(w, 400, HeaderTenant, "%s must be given once, 1 to %d printable ASCII characters", HeaderTenant, MaxKeyLen)
+	tenant, _, f := s.tenantOf(r)
+	if f != nil {
+		writeProblem(w, f.status, f.field, "%s", f.detail)
 		return
 	}
-	if tenant == "" && s.cfg.RequireTenant {
-		writeProblem(w, 400, HeaderTenant, "the %s header is required", HeaderTenant)
-		return
-	}
-	first := s.view.get(receipt.Key(tenant, key, 0))
-	if first == nil {
+	// The key's decision gives the request's shape; a key ingested before
+	// claims existed has its first receipt for it.
+	var count int
+	var batch bool
+	if won := s.view.claim(tenant, key); won != nil {
+		count, batch = won.Count, won.Batch
+	} else if first := s.view.get(receipt.Key(tenant, key, 0)); first != nil {
+		count, batch = first.Count, first.Batch
+	} else {
 		writeProblem(w, http.StatusNotFound, "key", "no committed receipt for this key (yet): a request answered 202 is committed shortly, poll again")
 		return
 	}
-	rs := []*receipt.Receipt{first}
-	for i := 1; i < first.Count; i++ {
+	rs := make([]*receipt.Receipt, 0, count)
+	for i := range count {
 		rc := s.view.get(receipt.Key(tenant, key, i))
 		if rc == nil {
 			req := &request{key: key, tenant: tenant}
@@ -49,5 +49,5 @@ func (s *Server) getReceipt(w http.ResponseWriter, r *http.Request) {
 		}
 		rs = append(rs, rc)
 	}
-	writeJSON(w, http.StatusOK, responseFor(key, tenant, first.Batch, rs))
+	writeJSON(w, http.StatusOK, responseFor(key, tenant, batch, rs))
 }

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/internal/runtime/jsonenc"
 	"github.com/projector-dev/projector/internal/runtime/receipt"
@@ -63,6 +61,27 @@ func headerValue(r *http.Request, name string) (v string, present, ok bool) {
 	}
 }
 
+// tenantOf determines the tenant a request names: the X-Tenant-ID header,
+// or for a GET also ?tenant= (a 202's Location carries it). given is false
+// when it names none; then a POST's envelopes name it (parseEvent). This
+// is the one place that says where the tenant comes from: the credential's
+// (requestTenant, set by the Gate, which refused a header or ?tenant=
+// naming another tenant with 403), else the header.
+func (s *Server) tenantOf(r *http.Request) (tenant string, given bool, f *failure) {
+	tenant, given, ok := requestTenant(r)
+	if !given && r.Method == http.MethodGet {
+		tenant = r.URL.Query().Get("tenant")
+		given = tenant != ""
+	}
+	switch {
+	case !given && s.cfg.RequireTenant:
+		return "", false, fail(400, HeaderTenant, "the %s header is required", HeaderTenant)
+	case given && (!ok || !printable(tenant)):
+		return "", false, fail(400, HeaderTenant, "%s must be given once, 1 to %d printable ASCII characters", HeaderTenant, MaxKeyLen)
+	}
+	return tenant, given, nil
+}
+
 // item is one event of a request, validated.
 type item struct {
 	value []byte // the record value: the client's bytes with eventId (and tenantId) added
@@ -75,6 +94,10 @@ type request struct {
 	key, tenant string
 	batch       bool
 	items       []item
+	// id names this HTTP request in its claim (random); claim is the claim
+	// record's value: the request as the processors decide it.
+	id    string
+	claim []byte
 }
 
 // failure is a 4xx found while parsing.
@@ -129,13 +152,12 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 		return nil, fail(400, HeaderKey, "the %s header is required", HeaderKey)
 	case !ok || !printable(key):
 		return nil, fail(400, HeaderKey, "%s must be given once, 1 to %d printable ASCII characters", HeaderKey, MaxKeyLen)
+	case !pollable(key):
+		return nil, fail(400, HeaderKey, "%s must not be %q: its receipt's path, /v1/receipts/{key}, would be rewritten (keys \".\", \"..\" and \"/\" are refused)", HeaderKey, key)
 	}
-	tenant, hasTenant, ok := requestTenant(r)
-	switch {
-	case !hasTenant && s.cfg.RequireTenant:
-		return nil, fail(400, HeaderTenant, "the %s header is required", HeaderTenant)
-	case hasTenant && (!ok || !printable(tenant)):
-		return nil, fail(400, HeaderTenant, "%s must be given once, 1 to %d printable ASCII characters", HeaderTenant, MaxKeyLen)
+	tenant, hasTenant, f := s.tenantOf(r)
+	if f != nil {
+		return nil, f
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
@@ -179,7 +201,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 		}
 		req.items = append(req.items, it)
 	}
-	return req, nil
+	return req, s.claimOf(req)
 }
 
 // parseEvent validates one envelope and gives it its derived event id (and
@@ -249,56 +271,68 @@ func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, 
 	return item{value: value, ev: ev, fp: hex.EncodeToString(fp[:])}, nil
 }
 
-// handle answers a parsed request from the receipts, writing the events
-// that have none first.
+// handle answers a parsed request. A key this instance sees decided is
+// answered from the committed receipts and nothing is written; otherwise
+// the request is written as a claim, and answered once the key's decision
+// and its events' receipts are committed and read. Only the request the
+// decision names, the one that created the events, is answered 201
+// (docs/decisions/012-ingress-claims.md).
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *request) {
 	have := make([]*receipt.Receipt, len(req.items))
-	all := make([]int, len(req.items))
-	for i := range all {
-		all[i] = i
+	won := s.view.claim(req.tenant, req.key)
+	if won == nil {
+		// Receipts without a decision: a key ingested before claims
+		// existed (or a claim receipt not read yet). They are the first
+		// payload's: another one is refused here, and a complete set
+		// answered; an incomplete one is completed by a claim.
+		if missing := s.lookup(req, have, indices(len(req.items))); len(missing) < len(req.items) {
+			if f := req.compare(have); f != nil {
+				writeProblem(w, f.status, f.field, "%s", f.detail)
+				return
+			}
+			if len(missing) == 0 {
+				w.Header().Set(HeaderReplayed, "true")
+				writeJSON(w, http.StatusOK, req.body(have))
+				return
+			}
+		}
+		if s.overLimit(w, req) {
+			return // a request that would write is charged; replays and refusals are not
+		}
+		if err := s.writeClaim(r.Context(), req); err != nil {
+			s.cfg.Logger.Warn("ingress: writing the claim failed", "topic", s.cfg.ClaimsTopic, "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, "", "the request could not be written (%v); retry with the same key", err)
+			return
+		}
 	}
-	missing := s.lookup(req, have, all)
-	if f := req.compare(have); f != nil {
-		writeProblem(w, f.status, f.field, "%s", f.detail)
-		return
-	}
-	if len(missing) == 0 {
-		w.Header().Set(HeaderReplayed, "true")
-		writeJSON(w, http.StatusOK, req.body(have))
-		return
-	}
-	if s.overLimit(w, req) {
-		return
-	}
-	ours, err := s.produce(r.Context(), req, missing)
-	if err != nil {
-		s.cfg.Logger.Warn("ingress: produce failed", "topic", s.cfg.Topic, "err", err)
-		writeProblem(w, http.StatusServiceUnavailable, "", "the event could not be written (%v); retry with the same key", err)
-		return
-	}
-	if !s.await(r.Context(), req, have, missing) {
-		// Not committed (or not read) yet: the record is written, so the
-		// outcome will be committed; the client polls or retries.
+	won, ok := s.await(r.Context(), req, won, have)
+	if !ok {
+		// Not decided and committed (or not read) yet: the claim is
+		// written, so it will be; the client polls or retries.
 		w.Header().Set("Location", receiptPath(req.key, req.tenant))
 		writeJSON(w, http.StatusAccepted, req.pending())
 		return
 	}
-	// Another request (here or on another instance) may have won the race
-	// with another payload: the receipt holds the first committed one.
-	if f := req.compare(have); f != nil {
+	if f := req.compareClaim(won); f != nil {
 		writeProblem(w, f.status, f.field, "%s", f.detail)
 		return
 	}
 	status := http.StatusOK
-	for _, rc := range have {
-		if rc.Topic == s.cfg.Topic && ours[[2]int64{int64(rc.Partition), rc.Offset}] {
-			status = http.StatusCreated
-		}
-	}
-	if status == http.StatusOK {
+	if won.Request == req.id {
+		status = http.StatusCreated
+	} else {
 		w.Header().Set(HeaderReplayed, "true")
 	}
 	writeJSON(w, status, req.body(have))
+}
+
+// indices returns 0, 1, …, n-1.
+func indices(n int) []int {
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	return all
 }
 
 // lookup fills have[i] from the receipts for each index i in idx and
@@ -314,62 +348,26 @@ func (s *Server) lookup(req *request, have []*receipt.Receipt, idx []int) []int 
 	return left
 }
 
-// produce writes the events at the indices missing and waits for the
-// acknowledgements, returning the partition and offset of each record
-// written. Some may have been written before (a request that failed
-// half-way, or another instance taking the same retry): the same event id
-// makes them duplicates.
-//
-// The wait is bounded by the request timeout: with the brokers away the
-// client retries a batch it has sent for as long as it takes (an
-// idempotent producer cannot drop it), so the answer does not wait for it.
-// A record not acknowledged in time may still land; the retry the 503 asks
-// for carries the same event id.
-func (s *Server) produce(ctx context.Context, req *request, missing []int) (map[[2]int64]bool, error) {
-	recs := make([]*kgo.Record, 0, len(missing))
-	for _, i := range missing {
-		it := req.items[i]
-		o := receipt.Origin{TenantID: req.tenant, Key: req.key, Index: i, Count: len(req.items), Batch: req.batch}.Encode()
-		recs = append(recs, &kgo.Record{Topic: s.cfg.Topic, Key: []byte(it.ev.AggregateID), Value: it.value,
-			Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: o}}})
-	}
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	acked := make(chan error, len(recs)) // buffered: a late promise never blocks
-	for _, rec := range recs {
-		s.producer.Produce(pctx, rec, func(_ *kgo.Record, err error) { acked <- err })
-	}
-	var err error
-	for range recs {
-		select {
-		case e := <-acked:
-			err = errors.Join(err, e)
-			continue
-		case <-pctx.Done():
-			err = fmt.Errorf("not acknowledged within %s: %w", s.cfg.Timeout, pctx.Err())
-		}
-		break
-	}
-	if err != nil {
-		return nil, err
-	}
-	ours := make(map[[2]int64]bool, len(recs))
-	for _, rec := range recs {
-		ours[[2]int64{int64(rec.Partition), rec.Offset}] = true
-	}
-	return ours, nil
-}
-
-// await waits, up to the request timeout, until every index in missing has
-// a receipt in have. It reports false if the time ran out, the server is
-// stopping or the client went away.
-func (s *Server) await(ctx context.Context, req *request, have []*receipt.Receipt, missing []int) bool {
+// await waits, up to the request timeout, until the key is decided (won,
+// when not given) and, if the request is the decided payload, every event
+// has its receipt in have. It reports false if the time ran out, the
+// server is stopping or the client went away.
+func (s *Server) await(ctx context.Context, req *request, won *receipt.ClaimReceipt, have []*receipt.Receipt) (*receipt.ClaimReceipt, bool) {
 	timer := time.NewTimer(s.cfg.Timeout)
 	defer timer.Stop()
+	missing := indices(len(req.items))
 	for {
 		changed := s.view.watch() // before looking: a receipt read after this closes it
-		if missing = s.lookup(req, have, missing); len(missing) == 0 {
-			return true
+		if won == nil {
+			won = s.view.claim(req.tenant, req.key)
+		}
+		if won != nil {
+			if req.compareClaim(won) != nil {
+				return won, true // a conflict: its answer needs no receipt
+			}
+			if missing = s.lookup(req, have, missing); len(missing) == 0 {
+				return won, true
+			}
 		}
 		select {
 		case <-changed:
@@ -378,7 +376,7 @@ func (s *Server) await(ctx context.Context, req *request, have []*receipt.Receip
 		case <-s.stop:
 		case <-ctx.Done():
 		}
-		return false
+		return won, false
 	}
 }
 
@@ -389,16 +387,41 @@ func (req *request) compare(have []*receipt.Receipt) *failure {
 		switch {
 		case rc == nil:
 		case rc.Count != len(req.items) || rc.Batch != req.batch:
-			return fail(409, HeaderKey, "this key was first used for a request of %d event(s) (batch: %v); use a new key for a different request", rc.Count, rc.Batch)
+			return shapeConflict(rc.Count, rc.Batch)
 		case rc.Fingerprint != req.items[i].fp:
-			field := "body"
-			if req.batch {
-				field = "events[" + strconv.Itoa(i) + "]"
-			}
-			return fail(409, field, "this key was first used with a different payload (fingerprint %s); use a new key for a different event", rc.Fingerprint)
+			return req.payloadConflict(i, rc.Fingerprint)
 		}
 	}
 	return nil
+}
+
+// compareClaim checks the key's decision against the request, as compare.
+func (req *request) compareClaim(won *receipt.ClaimReceipt) *failure {
+	if won.Count != len(req.items) || won.Batch != req.batch {
+		return shapeConflict(won.Count, won.Batch)
+	}
+	for i, fp := range won.Fingerprints {
+		if fp != req.items[i].fp {
+			return req.payloadConflict(i, fp)
+		}
+	}
+	return nil
+}
+
+// shapeConflict is the 409 of a request whose key was first used for a
+// request of another shape.
+func shapeConflict(count int, batch bool) *failure {
+	return fail(409, HeaderKey, "this key was first used for a request of %d event(s) (batch: %v); use a new key for a different request", count, batch)
+}
+
+// payloadConflict is the 409 of a request whose event i differs from the
+// first one under its key, whose fingerprint was fp.
+func (req *request) payloadConflict(i int, fp string) *failure {
+	field := "body"
+	if req.batch {
+		field = "events[" + strconv.Itoa(i) + "]"
+	}
+	return fail(409, field, "this key was first used with a different payload (fingerprint %s); use a new key for a different event", fp)
 }
 
 // receiptPath is where the receipts of a request are read (GET).

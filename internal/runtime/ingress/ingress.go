@@ -1,26 +1,34 @@
 // Package ingress is the HTTP front door of the worker (docs/ingress.md,
-// decision 008): POST /v1/events takes one event envelope, or
+// decisions 008 and 012): POST /v1/events takes one event envelope, or
 // {"events":[…]}, under an Idempotency-Key (and X-Tenant-ID where tenancy
-// is used), writes it to the input topic and answers with the outcome the
-// processor committed; GET /v1/receipts/{key} answers the same later.
+// is used), writes it as one claim to the claims topic and answers with the
+// outcome the processor committed; GET /v1/receipts/{key} answers the same
+// later.
 //
 // Invariants (the ingress's own; docs/ingress.md):
 //
-//   - One event id per (tenant, key, index), derived (receipt.EventID), never
-//     taken from the client: two instances that each take a retry write the
-//     same id, and the processor's dedup lets one of them count
-//     (docs/design.md#duplicates-absorbed).
+//   - One key, one request (docs/design.md#one-request-per-key): a request
+//     is written only as a claim keyed by (tenant, key), never to the input
+//     topic; the processor decides a key's claims in one partition, first
+//     wins, and forwards only the winner's events. One event id per
+//     (tenant, key, index), derived (receipt.EventID), never taken from the
+//     client.
+//   - 201 only for the request the key's claim receipt names (its random
+//     id): at most one request per key, ever. Every other 2xx is a 200
+//     replay, with the same bytes.
 //   - Every 2xx body is built from committed receipts only (read
 //     read_committed from the receipts topic, which the processor writes in
 //     the transaction that processes the event): the answer is what was
 //     committed, never a guess, and every instance gives the same bytes.
-//   - A request whose receipts this instance can see is never written
-//     again: a replay is answered from the receipts (200, or 409 when the
-//     payload's RFC 8785 fingerprint differs from the first committed one),
-//     so no second event is produced for a key, whatever the dedup
-//     retention. Until the receipts view has caught up with the end offsets
-//     taken at start the server answers 503 (and is not ready), because a
-//     receipt it has not read yet is not a missing receipt.
+//   - A request whose key this instance sees decided (its claim receipt, or
+//     for a key ingested before claims existed all its receipts) is never
+//     written again: it is answered from them (200, or 409 when the shape
+//     or a payload's RFC 8785 fingerprint differs from the decided one).
+//     Until the receipts view has caught up with the end offsets taken at
+//     start the server answers 503 (and is not ready), because a receipt it
+//     has not read yet is not a missing receipt.
+//   - Every accepted key's Location, /v1/receipts/{key}, reaches it: keys
+//     the router would rewrite are refused (pollable).
 //   - Every answer is safe to retry with the same key and body.
 //   - With a Gate that authenticates, a request's tenant is its
 //     credential's (ingressauth.Tenant), never X-Tenant-ID, ?tenant= or the
@@ -59,6 +67,7 @@ type Config struct {
 	Listen         string        // host:port; port 0 picks one (Addr)
 	Topic          string        // the input topic events are written to
 	ReceiptsTopic  string        // the compacted receipts topic
+	ClaimsTopic    string        // the claims topic: one record per request, decided by the processors
 	Timeout        time.Duration // wait for the committed receipt, then 202; default config.DefaultIngressTimeout
 	MaxBodyBytes   int64         // 413 above; default envelope.DefaultMaxBytes
 	MaxBatch       int           // events per {"events":[…]}; default config.DefaultIngressMaxBatch
@@ -105,8 +114,8 @@ type Server struct {
 // New validates cfg and builds the server; Run starts it.
 func New(cfg Config) (*Server, error) {
 	cfg.applyDefaults()
-	if cfg.Topic == "" || cfg.ReceiptsTopic == "" || len(cfg.Brokers) == 0 {
-		return nil, errors.New("ingress: Topic, ReceiptsTopic and Brokers are required")
+	if cfg.Topic == "" || cfg.ReceiptsTopic == "" || cfg.ClaimsTopic == "" || len(cfg.Brokers) == 0 {
+		return nil, errors.New("ingress: Topic, ReceiptsTopic, ClaimsTopic and Brokers are required")
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -178,7 +187,7 @@ func (s *Server) Run(ctx context.Context) error {
 		select {
 		case <-s.srv.Listening():
 			if a := s.srv.Addr(); a != nil {
-				s.cfg.Logger.Info("ingress listening", "addr", a.String(), "topic", s.cfg.Topic, "receipts", s.cfg.ReceiptsTopic)
+				s.cfg.Logger.Info("ingress listening", "addr", a.String(), "topic", s.cfg.Topic, "claims", s.cfg.ClaimsTopic, "receipts", s.cfg.ReceiptsTopic)
 			}
 		case <-rctx.Done():
 		}
@@ -193,8 +202,11 @@ func (s *Server) clientOpts() []kgo.Opt {
 	return append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Brokers...)}, s.cfg.ClientOpts...)
 }
 
-// ensureTopic creates the receipts topic when missing (the processor does
-// too; whichever starts first), retrying until it succeeds or ctx is done.
+// ensureTopic creates the receipts and claims topics when missing (the
+// processor does too, alike; whichever starts first), retrying until it
+// succeeds or ctx is done. The claims topic takes the partition count of
+// the topic the events go to; it must exist (the processor creates it on
+// the embedded broker, an operator on a real cluster).
 func (s *Server) ensureTopic(ctx context.Context) error {
 	for {
 		err := func() error {
@@ -205,7 +217,7 @@ func (s *Server) ensureTopic(ctx context.Context) error {
 			defer cl.Close()
 			tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			return eos.EnsureTopics(tctx, kadm.NewClient(cl), []eos.TopicSpec{s.receiptsSpec()}, s.cfg.Partitions)
+			return eos.EnsureTopics(tctx, kadm.NewClient(cl), s.topicSpecs(), s.cfg.Partitions)
 		}()
 		if err == nil {
 			return nil

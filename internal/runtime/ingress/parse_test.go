@@ -80,3 +80,29 @@ func TestParseTenantKeepsHTML(t *testing.T) {
 		t.Errorf("the value decodes to tenant %q", req.items[0].ev.TenantID)
 	}
 }
+
+// TestClaimTooLarge: a request travels as one claim record, which must fit
+// kafka.maxRecordBytes + 8 KiB; a batch whose events each fit but whose
+// claim does not is refused with 413 before anything is written.
+func TestClaimTooLarge(t *testing.T) {
+	s := &Server{cfg: Config{MaxBodyBytes: 1 << 20, MaxBatch: 100, MaxRecordBytes: 1 << 10}}
+	ev := `{"eventType":"T","aggregateId":"A","payload":"` + strings.Repeat("x", 850) + `"}`
+	for _, c := range []struct {
+		events int
+		want   string
+	}{{8, "ok"}, {12, "413 body"}} {
+		body := `{"events":[` + strings.TrimSuffix(strings.Repeat(ev+",", c.events), ",") + `]}`
+		r := httptest.NewRequest("POST", "/v1/events", strings.NewReader(body))
+		r.Header.Set(HeaderKey, "k")
+		req, f := s.parse(httptest.NewRecorder(), r)
+		got := "ok"
+		if f != nil {
+			got = fmt.Sprintf("%d %s", f.status, f.field)
+		} else if len(req.claim) > 9<<10 || req.id == "" {
+			t.Errorf("%d events: a claim of %d bytes, id %q", c.events, len(req.claim), req.id)
+		}
+		if got != c.want {
+			t.Errorf("%d events of %d bytes: %s, want %s", c.events, len(ev), got, c.want)
+		}
+	}
+}

@@ -17,9 +17,10 @@ import (
 )
 
 // view is this instance's copy of the committed receipts, read from the
-// start of the receipts topic with read_committed. It keeps the first
-// receipt it reads per key: the processor writes one per key (see
-// internal/runtime/receipt), so the first is the only one.
+// start of the receipts topic with read_committed: the events' receipts
+// and the claim receipts. It keeps the first receipt it reads per key: the
+// processor writes one per key (see internal/runtime/receipt), so the
+// first is the only one.
 //
 // The view is caught up once it has read every partition to the last stable
 // offset listed when it started: before that a missing receipt may only mean
@@ -36,13 +37,16 @@ type view struct {
 	// byKey holds each receipt's encoded value (about 300 bytes), not the
 	// decoded struct (about 750 bytes in memory): every ingested event has
 	// one for ever, and a lookup decodes just the few it needs.
-	byKey    map[string][]byte
+	byKey map[string][]byte
+	// claims holds each decided key's claim receipt (encoded), by
+	// receipt.ClaimKey.
+	claims   map[string][]byte
 	caughtUp bool
 	err      error // why the view is not caught up, when it failed
 }
 
 func newView(log *slog.Logger) *view {
-	v := &view{log: log, byKey: map[string][]byte{}}
+	v := &view{log: log, byKey: map[string][]byte{}, claims: map[string][]byte{}}
 	ch := make(chan struct{})
 	v.changed.Store(&ch)
 	return v
@@ -62,6 +66,23 @@ func (v *view) get(key string) *receipt.Receipt {
 		return nil
 	}
 	return r
+}
+
+// claim returns the claim receipt of (tenant, key), nil if the view has
+// none: the key is not decided, or it was ingested before claims existed.
+func (v *view) claim(tenant, key string) *receipt.ClaimReceipt {
+	v.mu.Lock()
+	val := v.claims[receipt.ClaimKey(tenant, key)]
+	v.mu.Unlock()
+	if val == nil {
+		return nil
+	}
+	c, err := receipt.DecodeClaimReceipt(val) // decoded once before in add: cannot fail
+	if err != nil {
+		v.log.Error("receipts: a stored claim receipt no longer decodes", "err", err)
+		return nil
+	}
+	return c
 }
 
 // watch returns a channel closed when the view next changes (so a waiter
@@ -89,10 +110,12 @@ func (v *view) ready() (bool, string) {
 	}
 }
 
-// keyed is a validated receipt value under its receipt key.
+// keyed is a validated receipt value under its receipt key (claim: a
+// claim receipt under its receipt.ClaimKey).
 type keyed struct {
 	key   string
 	value []byte
+	claim bool
 }
 
 func (v *view) add(rs []keyed) {
@@ -102,8 +125,12 @@ func (v *view) add(rs []keyed) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, r := range rs {
-		if _, ok := v.byKey[r.key]; !ok {
-			v.byKey[r.key] = r.value
+		m := v.byKey
+		if r.claim {
+			m = v.claims
+		}
+		if _, ok := m[r.key]; !ok {
+			m[r.key] = r.value
 		}
 	}
 	v.notify()
@@ -168,20 +195,39 @@ func (v *view) run(ctx context.Context, opts []kgo.Opt, topic string) error {
 			if r.Attrs.IsControl() || r.Value == nil {
 				return
 			}
-			rc, err := receipt.Decode(r.Value)
+			k, err := decodeKeyed(r)
 			if err != nil {
 				v.log.Warn("receipts: malformed record skipped", "partition", r.Partition, "offset", r.Offset, "err", err)
 				return
 			}
-			// Keyed by its own fields, not the record key; copied, so the
-			// fetch's buffer is not kept alive by it.
-			rs = append(rs, keyed{receipt.Key(rc.TenantID, rc.Key, rc.Index), bytes.Clone(r.Value)})
+			rs = append(rs, k)
 		})
 		v.add(rs)
 		if left > 0 && ends.Left() == 0 { // only once this fetch's receipts are in the view
 			v.setCaughtUp()
 		}
 	}
+}
+
+// decodeKeyed validates a receipts-topic record: a claim receipt (header
+// receipt.ClaimHeader) or an event's receipt. It is keyed by its own
+// fields, not the record key, and copied, so that the fetch's buffer is
+// not kept alive by it.
+func decodeKeyed(r *kgo.Record) (keyed, error) {
+	for _, h := range r.Headers {
+		if h.Key == receipt.ClaimHeader {
+			c, err := receipt.DecodeClaimReceipt(r.Value)
+			if err != nil {
+				return keyed{}, err
+			}
+			return keyed{receipt.ClaimKey(c.TenantID, c.Key), bytes.Clone(r.Value), true}, nil
+		}
+	}
+	rc, err := receipt.Decode(r.Value)
+	if err != nil {
+		return keyed{}, err
+	}
+	return keyed{receipt.Key(rc.TenantID, rc.Key, rc.Index), bytes.Clone(r.Value), false}, nil
 }
 
 // stableEnds follows the read of topic toward the last stable offsets of its

@@ -1,10 +1,16 @@
 // Package receipt is the record format shared by the HTTP ingress (which
-// writes the input records and reads the receipts) and the processor (which
-// writes one receipt per ingested event inside the transaction that
-// processes it).
+// writes claims and reads the receipts) and the processor (which decides
+// claims, forwards the winners' events to the input topic and writes one
+// receipt per ingested event inside the transaction that processes it).
 //
 // Invariants:
 //
+//   - One (tenant, Idempotency-Key), one request: every HTTP request is one
+//     Claim record keyed by ClaimKey, so all claims of a key meet in one
+//     claims partition, whose owner decides them in order: the first wins
+//     for ever (kept in the partition's state), and only its events reach
+//     the input topic, in the transaction that writes its ClaimReceipt.
+//     A later claim writes nothing (docs/decisions/012-ingress-claims.md).
 //   - An input record that came through the ingress carries the header
 //     Header, whose value is the JSON of Origin: the tenant, the
 //     Idempotency-Key, the event's index in its request and the request's
@@ -17,9 +23,9 @@
 //     dedup store (or the record is invalid): a duplicate or a conflict
 //     never overwrites the first committed receipt, so a receipt always
 //     holds the fingerprint of the first committed payload.
-//   - EventID is a pure function of (tenant, key, index): two ingress
-//     instances taking the same retry produce the same event id, and the
-//     processor's dedup settles which record counts.
+//   - EventID is a pure function of (tenant, key, index), so an event
+//     forwarded twice (a producer copying it) is a duplicate to the
+//     processor's dedup.
 package receipt
 
 import (

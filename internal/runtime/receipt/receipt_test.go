@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -89,5 +90,36 @@ func TestEncodingKeepsHTML(t *testing.T) {
 	}
 	if _, err := ParseOrigin(Origin{TenantID: long[1:], Key: long[1:], Count: 1}.Encode()); err != nil {
 		t.Errorf("ParseOrigin refused a key and tenant of MaxKeyLen: %v", err)
+	}
+}
+
+// TestClaimRoundTrip: a claim's tenant and key survive any printable
+// characters, its events keep their bytes, and malformed claims and claim
+// receipts are errors.
+func TestClaimRoundTrip(t *testing.T) {
+	evs := []json.RawMessage{[]byte(`{"a": 1,  "b":"<&>"}`), []byte(`{"c":[1, 2]}`)}
+	c := &Claim{TenantID: `t"\ <x>`, Key: `k/\"`, Request: "r", Batch: true, Events: evs}
+	got, err := DecodeClaim(AppendClaim(nil, c))
+	if err != nil || got.TenantID != c.TenantID || got.Key != c.Key || got.Request != "r" || !got.Batch ||
+		len(got.Events) != 2 || string(got.Events[0]) != string(evs[0]) || string(got.Events[1]) != string(evs[1]) {
+		t.Fatalf("round trip %+v %v", got, err)
+	}
+	if k := ClaimKey("t", "k"); strings.Count(k, "\n") != 1 || k == Key("t", "k", 0) {
+		t.Fatalf("ClaimKey %q", k)
+	}
+	for _, bad := range []string{`x`, `{}`, `{"key":"k","request":"r","events":[]}`, `{"key":"k","events":[{}]}`,
+		`{"key":"k","request":"r","events":[{},{}]}`} {
+		if _, err := DecodeClaim([]byte(bad)); err == nil {
+			t.Errorf("DecodeClaim(%q): no error", bad)
+		}
+	}
+	cr := &ClaimReceipt{Key: "k", Request: "r", Count: 1, Fingerprints: []string{"ab"}}
+	if got, err := DecodeClaimReceipt(cr.Encode()); err != nil || got.Request != "r" || got.Fingerprints[0] != "ab" {
+		t.Fatalf("claim receipt round trip %+v %v", got, err)
+	}
+	for _, bad := range []string{`{}`, `{"key":"k","request":"r","count":2,"fingerprints":["ab"]}`, `{"key":"k","count":1,"fingerprints":["ab"]}`} {
+		if _, err := DecodeClaimReceipt([]byte(bad)); err == nil {
+			t.Errorf("DecodeClaimReceipt(%q): no error", bad)
+		}
 	}
 }
