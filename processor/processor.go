@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/runtime/acl"
 	"github.com/projector-dev/projector/internal/runtime/eos"
 	"github.com/projector-dev/projector/projection"
 )
@@ -103,6 +105,9 @@ func New(cfg Config) (*Processor, error) {
 		// (restores, fencing and state as every input's).
 		lc.Inputs = append(slices.Clone(cfg.Inputs), cfg.ClaimsTopic)
 		lc.InternalInputs = []eos.TopicSpec{{Name: cfg.ClaimsTopic, PartitionsOf: cfg.IngressTopic}}
+		// A won claim's events are forwarded to the ingress's topic, one
+		// of the inputs: Write on it, checked at start with the rest.
+		lc.Needs = append(lc.Needs, acl.Topic(cfg.IngressTopic, kmsg.ACLOperationWrite, "forward the events of the ingress's won claims"))
 	}
 	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Group, in) }
 	lc.StartOffset = cfg.StartOffset

@@ -181,7 +181,7 @@ sideEffects:
     key: "notify:{aggregateId}:v{aggregateVersion}"
     webhook: {url: %[11]q, timeout: 300ms}
     onUnknown: park
-ingress: {listen: "off", topic: %[4]s, receiptsTopic: %[12]s}
+ingress: {listen: "off", topic: %[4]s, receiptsTopic: %[12]s, claimsTopic: %[13]s}
 `
 
 // config writes the configuration of a role run by user with names n.
@@ -189,7 +189,7 @@ func (e *aclEnv) config(t *testing.T, n aclNames, user string) string {
 	t.Helper()
 	dir := filepath.Join(e.root, user)
 	body := fmt.Sprintf(aclConfig, n.name, e.addr, n.instance, n.input, n.effects, n.dlq, user, aclPassword,
-		filepath.Join(dir, "state"), n.projection, e.hook.URL+"/notify", n.receipts)
+		filepath.Join(dir, "state"), n.projection, e.hook.URL+"/notify", n.receipts, n.claims)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func liveNames() aclNames { return namesFor("acl") }
 
 func namesFor(name string) aclNames {
 	return aclNames{name: name, instance: "t1", input: "events", projection: name + ".overview",
-		effects: name + ".effects", dlq: name + ".dlq", receipts: name + ".receipts",
+		effects: name + ".effects", dlq: name + ".dlq", receipts: name + ".receipts", claims: name + ".claims",
 		target: name + ".overview.v2", diffA: name + ".overview", diffB: name + ".overview.v2"}
 }
 
@@ -290,7 +290,7 @@ func (e *aclEnv) startIngress(t *testing.T, cfgPath string) (*ingress.Server, ch
 		t.Fatal(err)
 	}
 	s, err := ingress.New(ingress.Config{Listen: "127.0.0.1:0", Topic: cfg.Ingress.Topic, ReceiptsTopic: cfg.Ingress.ReceiptsTopic,
-		Timeout: 20 * time.Second, Brokers: cfg.Kafka.Brokers, ClientOpts: copts, Logger: aclLogger().With("role", "ingress")})
+		ClaimsTopic: cfg.Ingress.ClaimsTopic, Timeout: 20 * time.Second, Brokers: cfg.Kafka.Brokers, ClientOpts: copts, Logger: aclLogger().With("role", "ingress")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,12 +28,13 @@ type aclNames struct {
 	name, instance, input string
 	projection            string // the projection topic
 	effects, dlq          string // kafka.effectsTopic, kafka.deadLetterTopic
-	receipts              string // ingress.receiptsTopic
+	receipts, claims      string // ingress.receiptsTopic, ingress.claimsTopic
 	target                string // rebuild --topic
 	diffA, diffB          string // diff --topic A --topic B
 }
 
-func (n aclNames) changelog() string { return n.name + "." + n.input + ".changelog" }
+func (n aclNames) changelog() string       { return n.name + "." + n.input + ".changelog" }
+func (n aclNames) claimsChangelog() string { return n.name + "." + n.claims + ".changelog" }
 func (n aclNames) executorChangelog() string {
 	return n.name + "-executor." + n.effects + ".changelog"
 }
@@ -99,7 +100,12 @@ var aclRoles = []struct {
 		gs = append(gs, topicGrants(n.projection, opCreate, opWrite)...)
 		gs = append(gs, topicGrants(n.dlq, opCreate, opWrite)...)
 		gs = append(gs, topicGrants(n.effects, opCreate, opWrite)...)
-		return append(gs, topicGrants(n.receipts, opCreate, opWrite)...)
+		// With an ingress section: its receipts, its claims (an internal
+		// input with a changelog) and the events of won claims forwarded.
+		gs = append(gs, topicGrants(n.receipts, opCreate, opWrite)...)
+		gs = append(gs, topicGrants(n.claims, opCreate, opRead)...)
+		gs = append(gs, topicGrants(n.claimsChangelog(), opCreate, opRead, opWrite, opDescCfg)...)
+		return append(gs, topicGrants(n.input, opWrite)...)
 	}},
 	{"executor", func(n aclNames) []grant {
 		gs := []grant{groupGrant(n.name+"-executor", opRead), txnGrant(n.name+"-executor-", n.instance)}
@@ -108,7 +114,8 @@ var aclRoles = []struct {
 		return append(gs, topicGrants(n.dlq, opCreate, opWrite)...)
 	}},
 	{"ingress", func(n aclNames) []grant {
-		return append(topicGrants(n.input, opWrite), topicGrants(n.receipts, opCreate, opRead)...)
+		gs := append(topicGrants(n.claims, opCreate, opWrite), topicGrants(n.receipts, opCreate, opRead)...)
+		return append(gs, topicGrants(n.input, opDescribe)...)
 	}},
 	{"rebuild", func(n aclNames) []grant {
 		gs := []grant{groupGrant(n.rebuildGroup(), opRead), txnGrant(n.rebuildGroup()+"-", n.instance)}
@@ -143,7 +150,7 @@ func roleGrants(role string, n aclNames) []grant {
 // docNames are the placeholders the docs' tables use.
 var docNames = aclNames{
 	name: "<name>", instance: "<instanceId>", input: "<input>", projection: "<projection topic>",
-	effects: "<effectsTopic>", dlq: "<deadLetterTopic>", receipts: "<receiptsTopic>",
+	effects: "<effectsTopic>", dlq: "<deadLetterTopic>", receipts: "<receiptsTopic>", claims: "<claimsTopic>",
 	target: "<topic>", diffA: "<A>", diffB: "<B>",
 }
 
@@ -253,6 +260,7 @@ func aclRemovalNames(role string, i int) aclNames {
 		n = namesFor(fmt.Sprintf("x%d", i))
 	case "ingress":
 		n.receipts = fmt.Sprintf("i%d.receipts", i)
+		n.claims = fmt.Sprintf("i%d.claims", i)
 	case "rebuild":
 		n.target = fmt.Sprintf("acl.r%d", i)
 	}
