@@ -135,10 +135,17 @@ func (g *gen) envelope(eventType string, payload any) map[string]any {
 	}
 }
 
-// event makes a record of a valid envelope and remembers it for duplicates.
+// event makes a record of a valid envelope on a random partition and
+// remembers it for duplicates.
 func (g *gen) event(env map[string]any, topic string) *kgo.Record {
+	return g.eventOn(env, topic, g.partition())
+}
+
+// eventOn is event on partition p. An aggregate id the generators may use
+// twice goes to one partition, as the contract asks of producers (state is
+// per partition: docs/decisions/001).
+func (g *gen) eventOn(env map[string]any, topic string, p int32) *kgo.Record {
 	v := encode(env)
-	p := g.partition()
 	g.seen = append(g.seen, seenEnvelope{value: v, partition: p, env: env})
 	return &kgo.Record{Topic: topic, Partition: p, Key: []byte(fmt.Sprint(env["aggregateId"])), Value: v}
 }

@@ -64,13 +64,16 @@ func eventKinds() map[string]kindFunc {
 			env := g.envelope("Opened", map[string]any{"x": 1})
 			n := []int{1, 511, 512, 513, 1024}[g.r.IntN(5)]
 			id := fmt.Sprintf("lim%d-", g.next())
+			p := g.partition()
 			if n < len(id) {
-				id = "" // a one-byte id: not unique, so later ones are duplicates, conflicts or stale
+				// A one-byte id: not unique, so later ones are duplicates,
+				// conflicts or stale, all on one partition.
+				id, p = "", 0
 			}
 			id += strings.Repeat("é", (n-len(id))/2)
 			id += strings.Repeat("a", n-len(id))
 			env[g.pick("eventId", "aggregateId")] = id
-			return single(g.event(env, hpInput))
+			return single(g.eventOn(env, hpInput, p))
 		},
 		// A value at, just under and just over kafka.maxRecordBytes.
 		"near-max-value": func(g *gen) []hostile {
@@ -97,8 +100,13 @@ func eventKinds() map[string]kindFunc {
 			env := g.envelope("Opened", map[string]any{"x": 1})
 			m := []string{"eventId", "eventType", "aggregateId", "aggregateType", "aggregateVersion", "tenantId", "occurredAt",
 				"correlationId", "causationId", "producer"}
-			env[m[g.r.IntN(len(m))]] = wrongValues[g.r.IntN(len(wrongValues))]
-			return single(g.event(env, hpInput))
+			member, val := m[g.r.IntN(len(m))], wrongValues[g.r.IntN(len(wrongValues))]
+			env[member] = val
+			p := g.partition()
+			if _, ok := val.(string); ok && member == "aggregateId" {
+				p = 0 // a valid id the kind may send again: one partition
+			}
+			return single(g.eventOn(env, hpInput, p))
 		},
 	}
 }

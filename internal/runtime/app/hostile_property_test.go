@@ -297,6 +297,7 @@ func (h *hostileRun) round(r int, batch []hostile) {
 		h.produced[source(batch[i].rec)] = &batch[i]
 	}
 	h.post(r)
+	h.failIfStopped(fmt.Sprintf("round %d", r))
 }
 
 // source is a record's topic/partition/offset, as the dead-letter header
