@@ -218,12 +218,17 @@ func (m *Marks) eachStaged(fn func(id ID, fp []byte, at int64)) {
 // (eos.Config.Restore): a segment becomes its marker and entries (an expired
 // one its marker only), expired entries are dropped, anything else passes
 // through as it is.
-// It fails only on a corrupt segment.
+// It fails only on a corrupt segment or entry: one Check or the sweep could
+// not read (docs/contract.md#corrupt-changelog-records).
 func (s *Store) Restore(key, value []byte, now time.Time, emit func(key, value []byte)) error {
 	switch {
 	case len(key) == 0 || value == nil:
 		emit(key, value)
-	case key[0] == Kind && len(value) == entryLen && !s.live(value, now):
+	case key[0] == Kind && (len(key) != 1+len(ID{}) || len(value) != entryLen):
+		// The changelog holds entries of the pre-segment layout only (a
+		// segment's entries are local writes).
+		return fmt.Errorf("%w: entry %x (%d bytes)", ErrCorrupt, key, len(value))
+	case key[0] == Kind && !s.live(value, now):
 		// An expired entry of the pre-segment layout.
 	case key[0] == SegmentKind:
 		return s.expand(key, value, now, emit)

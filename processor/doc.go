@@ -21,7 +21,9 @@
 //     task is restored from its stored changelog offset to the partition's
 //     last stable offset on assignment, and again once the group has fetched
 //     the task's committed offsets (by then any transaction of a previous
-//     owner has resolved), before its records are processed.
+//     owner has resolved), before its records are processed. Every record
+//     restored is checked (restoreRecord): one the guard or dedup could not
+//     read stops the restore, named (docs/contract.md#corrupt-changelog-records).
 //   - read-your-writes: inside a transaction, guards and dedup read the
 //     staged overlay first.
 //   - one-order-per-aggregate: see package projection.

@@ -112,7 +112,7 @@ func New(cfg Config) (*Processor, error) {
 	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Group, in) }
 	lc.StartOffset = cfg.StartOffset
 	lc.OutputTopics = outputs
-	lc.Restore = cfg.Dedup.Restore
+	lc.Restore = restoreRecord(cfg.Dedup)
 	lc.Stats = p.stats.LoopStats
 	// Tasks share nothing (decision 001): the guards and the dedup store are
 	// stateless, per-task state is the task's taskState and per-transaction
@@ -158,6 +158,21 @@ func (h *pipeline) NewTask(t *eos.Task) *taskState {
 // resetGaps empties the task's gap index.
 func (ts *taskState) resetGaps() {
 	ts.gaps, ts.sums, ts.inflight, ts.due = make(map[gapKey]int64), make(map[string]*gapSum), make(map[gapKey]struct{}), nil
+}
+
+// restoreRecord is the processor's eos.Config.Restore: every changelog
+// record the guard or dedup reads is checked as it is restored, so that a
+// corrupt one stops the restore there, named (changelog.CorruptError), and
+// is never stored for a later event to stumble on
+// (docs/contract.md#corrupt-changelog-records); dedup then expands its
+// segments.
+func restoreRecord(d *dedup.Store) func(key, value []byte, now time.Time, emit func(key, value []byte)) error {
+	return func(key, value []byte, now time.Time, emit func(key, value []byte)) error {
+		if err := projection.CheckRecord(key, value); err != nil {
+			return err
+		}
+		return d.Restore(key, value, now, emit)
+	}
 }
 
 // Restored rebuilds the task's gap index from the store and brings its

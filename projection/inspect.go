@@ -2,6 +2,8 @@ package projection
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -13,12 +15,12 @@ func ParseHeldKey(k []byte) (projection, aggregate string, version int64, err er
 	}
 	k = k[1:]
 	n, w := binary.Uvarint(k)
-	if w <= 0 || len(k) < w+int(n) {
+	if w <= 0 || n > uint64(len(k)-w) { // compared unsigned: a huge length must not wrap
 		return "", "", 0, errCorrupt
 	}
 	projection, k = string(k[w:w+int(n)]), k[w+int(n):]
 	n, w = binary.Uvarint(k)
-	if w <= 0 || len(k) != w+int(n)+8 {
+	if w <= 0 || len(k)-w < 8 || n != uint64(len(k)-w-8) {
 		return "", "", 0, errCorrupt
 	}
 	aggregate = string(k[w : w+int(n)])
@@ -85,8 +87,36 @@ func ParseAggregateKey(k []byte) (projection, aggregate string, err error) {
 	}
 	k = k[1:]
 	n, w := binary.Uvarint(k)
-	if w <= 0 || len(k) < w+int(n) {
+	if w <= 0 || n > uint64(len(k)-w) { // compared unsigned: a huge length must not wrap
 		return "", "", errCorrupt
 	}
 	return string(k[w : w+int(n)]), string(k[w+int(n):]), nil
+}
+
+// CheckRecord reports whether a changelog record of the guard's state (an
+// aggregate record or a held event, by its key's kind byte) can be read:
+// the processor's restore refuses one that cannot, rather than store it
+// for the guard to stumble on later (docs/contract.md#corrupt-changelog-records).
+// Records of other kinds, and tombstones, are not the guard's to judge.
+func CheckRecord(key, value []byte) error {
+	if len(key) == 0 || value == nil {
+		return nil
+	}
+	switch key[0] {
+	case KindAggregate:
+		if _, _, err := ParseAggregateKey(key); err != nil {
+			return fmt.Errorf("%w: its key does not parse", err)
+		}
+		if _, err := DecodeSnapshot(value); err != nil {
+			return fmt.Errorf("%w: its value (%d bytes) does not decode", err, len(value))
+		}
+	case KindHeld:
+		if _, _, _, err := ParseHeldKey(key); err != nil {
+			return errors.New("projection: corrupt held event: its key does not parse")
+		}
+		if _, _, err := DecodeHeld(value); err != nil {
+			return fmt.Errorf("projection: corrupt held event: its value (%d bytes) does not decode", len(value))
+		}
+	}
+	return nil
 }

@@ -74,14 +74,43 @@ func Produce(ctx context.Context, brokers []string, topic string, recs []workloa
 	return nil
 }
 
+// ProduceRecords writes recs synchronously, in order, each to the partition
+// it names (r.Partition: the records keep their headers, nil values and odd
+// keys exactly as given), in batches of at most maxBatchBytes, so that
+// records near a topic's max.message.bytes go out in batches the broker
+// accepts. It fills in each record's offset.
+func ProduceRecords(ctx context.Context, brokers []string, maxBatchBytes int32, recs ...*kgo.Record) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(maxBatchBytes),
+		kgo.MaxBufferedBytes(int(maxBatchBytes)*64))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var errs []error
+	for _, pr := range cl.ProduceSync(ctx, recs...) {
+		if pr.Err != nil && !errors.Is(pr.Err, context.Canceled) || pr.Err != nil && len(errs) == 0 {
+			errs = append(errs, fmt.Errorf("testkit: produce to %s/%d (key %d bytes, value %d bytes): %w", pr.Record.Topic, pr.Record.Partition,
+				len(pr.Record.Key), len(pr.Record.Value), pr.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // CreateTopic creates a topic with n partitions (ignoring "already exists").
 func CreateTopic(ctx context.Context, brokers []string, topic string, n int32) error {
+	return CreateTopicWith(ctx, brokers, topic, n, nil)
+}
+
+// CreateTopicWith creates a topic with n partitions and the given topic
+// configs, such as max.message.bytes (ignoring "already exists").
+func CreateTopicWith(ctx context.Context, brokers []string, topic string, n int32, configs map[string]*string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, n, -1, nil, topic)
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, n, -1, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}

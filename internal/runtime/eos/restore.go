@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/runtime/changelog"
 	"github.com/projector-dev/projector/internal/runtime/state"
 )
 
@@ -341,7 +342,8 @@ func (c *changelogRead) take(fs kgo.Fetches) (got int, err error) {
 		had := len(c.chunk)
 		if restore != nil {
 			if rerr := restore(rec.Key, rec.Value, c.now, emit); rerr != nil {
-				err = fmt.Errorf("eos: restore %s at changelog offset %d: %w", c.id, rec.Offset, rerr)
+				err = &changelog.CorruptError{Task: c.id.String(), Topic: c.topic, Partition: rec.Partition,
+					Offset: rec.Offset, Key: rec.Key, Err: rerr}
 				return
 			}
 		} else {

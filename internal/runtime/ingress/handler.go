@@ -26,26 +26,15 @@ const (
 )
 
 // MaxKeyLen bounds Idempotency-Key and X-Tenant-ID (characters): the
-// receipt's bound on what its header carries.
+// receipt's bound, which the processor checks again (receipt.ParseOrigin).
 const MaxKeyLen = receipt.MaxKeyLen
 
 // retryAfter is the Retry-After of 409 in flight and 503 (seconds).
 const retryAfter = "1"
 
 // printable reports whether s is 1..MaxKeyLen printable ASCII characters
-// (space to tilde): what a header carries safely, and what keeps the
-// receipt key's newline separators unambiguous.
-func printable(s string) bool {
-	if len(s) == 0 || len(s) > MaxKeyLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+// (receipt.Printable).
+func printable(s string) bool { return receipt.Printable(s) }
 
 // headerValue returns the header's single value; ok is false when it is
 // given more than once.

@@ -51,12 +51,24 @@ type Origin struct {
 	Batch    bool   `json:"batch,omitempty"` // {"events":[…]} rather than one envelope
 }
 
-// MaxKeyLen bounds the tenant and the key of an Origin (bytes): the
-// ingress takes at most this many printable ASCII characters for either.
-// A header with longer ones was not written by the ingress, and its
-// receipt, which repeats both in its key and its value, could exceed the
-// record limit.
+// MaxKeyLen bounds an Idempotency-Key and a tenant (bytes, all printable
+// ASCII): what the ingress accepts, and so what a Header it wrote holds.
 const MaxKeyLen = 255
+
+// Printable reports whether s is 1..MaxKeyLen printable ASCII characters
+// (space to tilde): what a header carries safely, and what keeps the
+// receipt key's newline separators unambiguous.
+func Printable(s string) bool {
+	if len(s) == 0 || len(s) > MaxKeyLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
 
 // Encode is the Header value of o (HTML not escaped: jsonenc).
 func (o Origin) Encode() []byte {
@@ -64,20 +76,25 @@ func (o Origin) Encode() []byte {
 	return b
 }
 
-// ParseOrigin decodes a Header value.
+// ParseOrigin decodes a Header value, and refuses one the ingress never
+// writes: a key or tenant that is not Printable, an index outside the
+// count. So the receipt of any record that passes is small (a forged
+// header with a huge key would make a receipt too large to produce, and
+// stop the processor: TestForgedIngressHeaderNeverStopsTheWorker).
 func ParseOrigin(v []byte) (Origin, error) {
 	var o Origin
 	if err := json.Unmarshal(v, &o); err != nil {
 		return o, err
 	}
-	if o.Key == "" || o.Index < 0 || o.Count < 1 || o.Index >= o.Count || len(o.Key) > MaxKeyLen || len(o.TenantID) > MaxKeyLen {
+	if !Printable(o.Key) || (o.TenantID != "" && !Printable(o.TenantID)) || o.Index < 0 || o.Count < 1 || o.Index >= o.Count {
 		return o, errors.New("receipt: malformed " + Header + " header")
 	}
 	return o, nil
 }
 
 // Key is the receipts-topic key of one event of a request. Tenants and keys
-// are printable ASCII, so the newline separators cannot be forged.
+// are printable ASCII (ParseOrigin), so the newline separators cannot be
+// forged.
 func Key(tenant, key string, index int) string {
 	return tenant + "\n" + key + "\n" + strconv.Itoa(index)
 }

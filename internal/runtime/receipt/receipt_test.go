@@ -34,11 +34,18 @@ func TestEventID(t *testing.T) {
 // TestOriginAndReceipt: the header and the receipt round-trip; malformed
 // ones are errors, never a zero value taken for a receipt.
 func TestOriginAndReceipt(t *testing.T) {
+	if _, err := ParseOrigin([]byte(`{"tenantId":"t","key":"` + strings.Repeat("<", MaxKeyLen) + `","index":0,"count":1}`)); err != nil {
+		t.Errorf("a key of MaxKeyLen printable characters: %v", err)
+	}
 	o, err := ParseOrigin([]byte(`{"tenantId":"t","key":"k","index":1,"count":2,"batch":true}`))
 	if err != nil || o != (Origin{TenantID: "t", Key: "k", Index: 1, Count: 2, Batch: true}) {
 		t.Fatalf("%+v %v", o, err)
 	}
-	for _, bad := range []string{``, `{}`, `{"key":"k","index":0,"count":0}`, `{"key":"k","index":2,"count":2}`, `{"key":"k","index":-1,"count":1}`, `{"key":"","index":0,"count":1}`} {
+	for _, bad := range []string{``, `{}`, `{"key":"k","index":0,"count":0}`, `{"key":"k","index":2,"count":2}`, `{"key":"k","index":-1,"count":1}`, `{"key":"","index":0,"count":1}`,
+		// What the ingress never writes: keys and tenants are 1..MaxKeyLen
+		// printable ASCII characters.
+		`{"key":"` + strings.Repeat("k", MaxKeyLen+1) + `","index":0,"count":1}`, `{"key":"a\nb","index":0,"count":1}`,
+		`{"key":"é","index":0,"count":1}`, `{"key":"<&>","tenantId":"t\u0000","index":0,"count":1}`} {
 		if _, err := ParseOrigin([]byte(bad)); err == nil {
 			t.Errorf("ParseOrigin(%q): no error", bad)
 		}
