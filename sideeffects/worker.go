@@ -106,6 +106,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	// loop's transactions and rarely: checked at start with the loop's own.
 	lc.Needs = []acl.Need{acl.Topic(cfg.EffectsTopic, kmsg.ACLOperationWrite, "report a call's outcome after a revoke")}
 	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Name, in) }
+	lc.Restore = restoreLedgerRecord
 	lc.Stats = w.stats.LoopStats
 	w.loop = eos.New(lc, (*workerHandler)(w))
 	return w, nil
@@ -113,6 +114,26 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() *WorkerStats { return w.stats }
+
+// restoreLedgerRecord is the worker's eos.Config.Restore: every ledger
+// entry is decoded as it is restored, and must be the entry of the key it
+// is filed under, so that a corrupt record stops the restore there, named
+// (changelog.CorruptError: topic, partition, offset), instead of stopping
+// the partition's Runner later at Recover without saying where
+// (docs/contract.md#corrupt-changelog-records).
+func restoreLedgerRecord(key, value []byte, _ time.Time, emit func(key, value []byte)) error {
+	if value != nil && len(key) > 0 && key[0] == effect.KeyPrefix {
+		e, err := effect.DecodeEntry(value)
+		if err != nil {
+			return err
+		}
+		if e.Key != string(key[1:]) {
+			return fmt.Errorf("%w: the entry of key %q is filed under %q", effect.ErrCorrupt, e.Key, key[1:])
+		}
+	}
+	emit(key, value)
+	return nil
+}
 
 // Run consumes intents and executes them until ctx is done. On shutdown the
 // runners stop first, so that calls in progress are recorded through the
