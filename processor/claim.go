@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -79,7 +78,7 @@ func (p *Processor) decideClaim(b *eos.Batch, ts *taskState, r *kgo.Record) erro
 	b.Txn.Set(key, append(append([]byte{claimVersion}, digest[:]...), c.Request...))
 	won := &receipt.ClaimReceipt{TenantID: c.TenantID, Key: c.Key, Request: c.Request, Count: len(evs), Batch: c.Batch}
 	for i, ev := range evs {
-		o, _ := json.Marshal(receipt.Origin{TenantID: c.TenantID, Key: c.Key, Index: i, Count: len(evs), Batch: c.Batch})
+		o := receipt.Origin{TenantID: c.TenantID, Key: c.Key, Index: i, Count: len(evs), Batch: c.Batch}.Encode()
 		b.Produce(&kgo.Record{Topic: p.cfg.IngressTopic, Key: []byte(ev.aggregateID), Value: ev.value,
 			Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: o}}})
 		won.Fingerprints = append(won.Fingerprints, hex.EncodeToString(ev.fp[:]))
