@@ -144,3 +144,40 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEnvelopePath is the envelope path alone, without the other
+// formats' set-up, so that instruction counts (callgrind, two -benchtime
+// Nx runs) isolate it: today's DecodeInto against Decode's pass-through
+// followed by DecodeInto and the dedup id, with and without a traceparent
+// header to validate.
+func BenchmarkEnvelopePath(b *testing.B) {
+	d := mustNew(b, Options{})
+	ctx := context.Background()
+	plain := record("CASE-2026-000123", benchEnvelope)
+	traced := record("CASE-2026-000123", benchEnvelope, "traceparent", ceTraceParent)
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		var ev envelope.Event
+		for b.Loop() {
+			if err := envelope.DecodeInto(plain.Value, 0, &ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for name, r := range map[string]*kgo.Record{"passthrough": plain, "passthrough-traceparent": traced} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var ev envelope.Event
+			for b.Loop() {
+				res, err := d.Decode(ctx, r, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := envelope.DecodeInto(res.Value, 0, &ev); err != nil {
+					b.Fatal(err)
+				}
+				_ = res.DedupEventID(ev.EventID)
+			}
+		})
+	}
+}

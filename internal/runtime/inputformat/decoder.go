@@ -72,9 +72,15 @@ func (r *Result) DedupEventID(eventID string) string {
 //   - ctx's error.
 func (d *Decoder) Decode(ctx context.Context, rec *kgo.Record, dst []byte) (Result, error) {
 	if d.format == Envelope {
-		// The pass-through: no copy, no validation beyond DecodeInto's.
+		// The pass-through, small enough to inline into the caller: no
+		// copy, no validation beyond DecodeInto's.
 		return Result{Value: rec.Value, Trace: traceFromHeaders(rec.Headers)}, nil
 	}
+	return d.decode(ctx, rec, dst)
+}
+
+// decode is Decode for the formats other than envelope.
+func (d *Decoder) decode(ctx context.Context, rec *kgo.Record, dst []byte) (Result, error) {
 	if len(rec.Value) > d.maxBytes {
 		return Result{}, &envelope.Error{Field: "value", Msg: fmt.Sprintf("too large: %d bytes exceeds the limit of %d", len(rec.Value), d.maxBytes)}
 	}

@@ -108,6 +108,29 @@ func TestTraceContext(t *testing.T) {
 	}
 }
 
+// TestIsLowerHex compares the word-at-a-time check with a byte-at-a-time
+// one for every byte value at every position of a word and of the tail.
+func TestIsLowerHex(t *testing.T) {
+	simple := func(b []byte) bool {
+		for _, c := range b {
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	base := []byte("0123456789abcdef0a")
+	for pos := range base {
+		for c := 0; c < 256; c++ {
+			b := append([]byte(nil), base...)
+			b[pos] = byte(c)
+			if got, want := isLowerHex(b), simple(b); got != want {
+				t.Fatalf("%q: %v, want %v", b, got, want)
+			}
+		}
+	}
+}
+
 // FuzzDecode: no input panics Decode in any format, every result is either
 // an envelope, an invalid record or (never here: no registry) unavailable.
 func FuzzDecode(f *testing.F) {

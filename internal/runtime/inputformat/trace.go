@@ -1,6 +1,10 @@
 package inputformat
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"encoding/binary"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // W3C Trace Context (https://www.w3.org/TR/trace-context/) header names.
 // The CloudEvents distributed-tracing extension uses the same names for its
@@ -107,20 +111,50 @@ func validTraceState(ts []byte) bool {
 	return true
 }
 
+// lowerHex marks the lower-case hex digits.
+var lowerHex = func() (t [256]bool) {
+	for _, c := range "0123456789abcdef" {
+		t[c] = true
+	}
+	return t
+}()
+
+// isLowerHex reports whether b is all lower-case hex digits. It checks
+// eight bytes at a time: a byte at a time, a traceparent cost the envelope
+// path about 500 instructions per record, 5% of its decode (callgrind).
 func isLowerHex(b []byte) bool {
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		if x&highs != 0 || between(x, '0'-1, '9'+1)|between(x, 'a'-1, 'f'+1) != highs {
+			return false
+		}
+		b = b[8:]
+	}
 	for _, c := range b {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if !lowerHex[c] {
 			return false
 		}
 	}
 	return true
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != '0' {
-			return false
-		}
-	}
-	return true
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// between sets the high bit of each byte of x that is strictly between lo
+// and hi, for x whose bytes are all below 0x80 and 0 <= lo < hi <= 128
+// ("Determine if a word has a byte between m and n", Bit Twiddling Hacks).
+// Neither sum borrows or carries across bytes: (127+hi) - v >= 0 and
+// v + (127-lo) <= 254 for every byte v <= 127, so each byte's high bit
+// answers for that byte alone: (127+hi) - v >= 128 iff v < hi, and
+// v + (127-lo) >= 128 iff v > lo.
+func between(x, lo, hi uint64) uint64 {
+	v := x & (ones * 127)
+	return (ones*(127+hi) - v) & (v + ones*(127-lo)) & highs
 }
+
+const zeros = "00000000000000000000000000000000"
+
+func allZero(b []byte) bool { return len(b) <= len(zeros) && string(b) == zeros[:len(b)] }
