@@ -122,18 +122,27 @@ func (d *Decoder) Prepare(ctx context.Context, recs []*kgo.Record) error {
 		return nil
 	}
 	for _, r := range recs {
-		for _, b := range [2][]byte{r.Value, r.Key} {
-			id, ok := framedID(b)
-			if !ok {
-				continue
-			}
-			if err := d.schemas.Prefetch(ctx, id); err != nil && !isInvalid(err) {
+		if err := d.prefetch(ctx, r.Value); err != nil {
+			return err
+		}
+		if d.usesKey {
+			if err := d.prefetch(ctx, r.Key); err != nil {
 				return err
 			}
-			if !d.usesKey {
-				break
-			}
 		}
+	}
+	return nil
+}
+
+// prefetch fetches the schema of b when it is framed; only an error after
+// which b might still decode is returned.
+func (d *Decoder) prefetch(ctx context.Context, b []byte) error {
+	id, ok := framedID(b)
+	if !ok {
+		return nil
+	}
+	if err := d.schemas.Prefetch(ctx, id); err != nil && !isInvalid(err) {
+		return err
 	}
 	return nil
 }

@@ -215,3 +215,33 @@ func TestRegistryOutageIsRetryable(t *testing.T) {
 		t.Fatalf("an unprepared schema while down: %v", err)
 	}
 }
+
+// TestPrepareFetchesKeysOnlyWhenUsed: a framed key's schema is fetched
+// only by a decoder that reads a member from the key.
+func TestPrepareFetchesKeysOnlyWhenUsed(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	seedRegistry(reg)
+	var keyFetches atomic.Int64
+	reg.Intercept(func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/schemas/ids/4" {
+			keyFetches.Add(1)
+		}
+		return false
+	})
+	r := record("", orderJSON)
+	r.Key = avroValue(t, keyID, `"string"`, "o-1")
+	ctx := context.Background()
+	if err := mustNew(t, Options{Format: Mapped, Fields: orderFields, Schemas: newSchemas(t, reg.URL())}).Prepare(ctx, []*kgo.Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	if n := keyFetches.Load(); n != 0 {
+		t.Fatalf("the key's schema was fetched %d times by a decoder that does not read the key", n)
+	}
+	if err := mustNew(t, Options{Format: DebeziumOutbox, Schemas: newSchemas(t, reg.URL())}).Prepare(ctx, []*kgo.Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	if n := keyFetches.Load(); n != 1 {
+		t.Fatalf("the key's schema was fetched %d times by the Debezium decoder, want 1", n)
+	}
+}
