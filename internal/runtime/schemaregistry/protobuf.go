@@ -52,7 +52,10 @@ func (c *Client) compileProtobuf(ctx context.Context, id int, s sr.Schema) (deco
 // is unmarshalled into a dynamicpb message and written by protojson, the
 // canonical proto3 JSON mapping: lowerCamelCase field names, enums by name,
 // 64-bit integers as decimal strings, bytes as base64, well-known types in
-// their JSON forms, fields with default values left out.
+// their JSON forms, fields with default values left out. protojson varies
+// its whitespace on purpose, from one build of the binary to another; the
+// output is compacted so that the bytes (a payload a projection keeps, a
+// rebuild by another version compared with live) do not vary.
 type protoSchema struct{ file protoreflect.FileDescriptor }
 
 func (protoSchema) kind() string { return "Protobuf" }
@@ -79,8 +82,28 @@ func (p protoSchema) decode(data, dst []byte, limit int) ([]byte, string) {
 	if err != nil {
 		return nil, string(md.FullName()) + ": " + err.Error()
 	}
+	out = compact(out, len(dst))
 	if len(out) > limit {
 		return nil, fmt.Sprintf("decodes to more than %d bytes", limit-len(dst))
 	}
 	return out, ""
+}
+
+// compact removes the whitespace outside strings from b[from:], in place.
+func compact(b []byte, from int) []byte {
+	out, inString, escaped := from, false, false
+	for _, c := range b[from:] {
+		switch {
+		case inString:
+			inString = c != '"' || escaped
+			escaped = c == '\\' && !escaped
+		case c == ' ' || c == '\n' || c == '\t' || c == '\r':
+			continue
+		case c == '"':
+			inString = true
+		}
+		b[out] = c
+		out++
+	}
+	return b[:out]
 }
