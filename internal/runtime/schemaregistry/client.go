@@ -59,7 +59,9 @@ type InvalidError struct {
 	Msg      string
 }
 
-func (e *InvalidError) Error() string { return fmt.Sprintf("schema id %d: %s", e.SchemaID, e.Msg) }
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("schemaregistry: schema id %d: %s", e.SchemaID, e.Msg)
+}
 
 // Defaults.
 const (
@@ -225,8 +227,14 @@ type decoder interface {
 }
 
 // load fetches schema id and compiles it. An error is *InvalidError or
-// wraps ErrUnavailable.
-func (c *Client) load(ctx context.Context, id int) (decoder, error) {
+// wraps ErrUnavailable. The schema text is another system's: a parser that
+// panics on it makes the schema invalid rather than stopping the worker.
+func (c *Client) load(ctx context.Context, id int) (_ decoder, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &InvalidError{SchemaID: id, Msg: fmt.Sprintf("compiling the schema panicked: %v", r)}
+		}
+	}()
 	s, err := c.sr.SchemaByID(ctx, id)
 	if err != nil {
 		return nil, classify(id, "fetching the schema", err)

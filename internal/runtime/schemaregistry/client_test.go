@@ -80,7 +80,7 @@ func TestUnknownSchemaIDIsInvalid(t *testing.T) {
 	if !errors.As(err, &ie) || ie.SchemaID != 4242 || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want *InvalidError for 4242", err)
 	}
-	if want := "schema id 4242: unknown to the registry (fetching the schema: 404, error code 40403)"; err.Error() != want {
+	if want := "schemaregistry: schema id 4242: unknown to the registry (fetching the schema: 404, error code 40403)"; err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
 	}
 }
