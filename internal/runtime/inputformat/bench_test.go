@@ -131,9 +131,9 @@ func BenchmarkDecode(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			var ev envelope.Event
+			var res Result
 			for b.Loop() {
-				res, err := c.d.Decode(ctx, c.rec, nil)
-				if err != nil {
+				if err := c.d.Decode(ctx, c.rec, nil, &res); err != nil {
 					b.Fatal(err)
 				}
 				if err := envelope.DecodeInto(res.Value, 0, &ev); err != nil {
@@ -168,9 +168,9 @@ func BenchmarkEnvelopePath(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			var ev envelope.Event
+			var res Result
 			for b.Loop() {
-				res, err := d.Decode(ctx, r, nil)
-				if err != nil {
+				if err := d.Decode(ctx, r, nil, &res); err != nil {
 					b.Fatal(err)
 				}
 				if err := envelope.DecodeInto(res.Value, 0, &ev); err != nil {

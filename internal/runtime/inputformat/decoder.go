@@ -22,11 +22,12 @@ var ErrUnavailable = schemaregistry.ErrUnavailable
 // Decoder decodes the records of one input topic. It is safe for
 // concurrent use.
 type Decoder struct {
-	format   Format
-	fields   [nMembers]source
-	maxBytes int
-	schemas  Schemas
-	usesKey  bool // a member comes from the key: a framed key is fetched too
+	format      Format
+	passThrough bool // the envelope format
+	fields      [nMembers]source
+	maxBytes    int
+	schemas     Schemas
+	usesKey     bool // a member comes from the key: a framed key is fetched too
 }
 
 // Format is the decoder's format.
@@ -60,43 +61,56 @@ func (r *Result) DedupEventID(eventID string) string {
 	if r.IDNamespace == "" {
 		return eventID
 	}
+	return r.namespaced(eventID) // kept out so that DedupEventID inlines
+}
+
+func (r *Result) namespaced(eventID string) string {
 	return strconv.Itoa(len(r.IDNamespace)) + ":" + r.IDNamespace + eventID
 }
 
-// Decode turns one record into an event envelope, appending it to dst for
-// every format but the envelope one. The errors:
+// Decode turns one record into an event envelope in *res, appending it to
+// dst for every format but the envelope one. res is overwritten, and
+// zeroed when an error is returned (the form of envelope.DecodeInto: no
+// result is copied on the envelope path). The errors:
 //   - *envelope.Error: the record is invalid (dead letter with its Reason,
 //     invalid:<member> or invalid:value); envelope.DecodeInto then applies
-//     the envelope's own rules to Result.Value;
+//     the envelope's own rules to res.Value;
 //   - an error wrapping ErrUnavailable: retry later;
 //   - ctx's error.
-func (d *Decoder) Decode(ctx context.Context, rec *kgo.Record, dst []byte) (Result, error) {
-	if d.format == Envelope {
-		// The pass-through, small enough to inline into the caller: no
-		// copy, no validation beyond DecodeInto's.
-		return Result{Value: rec.Value, Trace: traceFromHeaders(rec.Headers)}, nil
+func (d *Decoder) Decode(ctx context.Context, rec *kgo.Record, dst []byte, res *Result) error {
+	if d.passThrough {
+		// The envelope format: no copy, no validation beyond DecodeInto's.
+		res.Value, res.IDNamespace, res.SchemaID, res.Trace = rec.Value, "", 0, TraceContext{}
+		if len(rec.Headers) != 0 {
+			res.Trace = traceFromHeaders(rec.Headers)
+		}
+		return nil
 	}
-	return d.decode(ctx, rec, dst)
+	*res = Result{}
+	if err := d.decode(ctx, rec, dst, res); err != nil {
+		*res = Result{}
+		return err
+	}
+	return nil
 }
 
 // decode is Decode for the formats other than envelope.
-func (d *Decoder) decode(ctx context.Context, rec *kgo.Record, dst []byte) (Result, error) {
+func (d *Decoder) decode(ctx context.Context, rec *kgo.Record, dst []byte, res *Result) error {
 	if len(rec.Value) > d.maxBytes {
-		return Result{}, &envelope.Error{Field: "value", Msg: fmt.Sprintf("too large: %d bytes exceeds the limit of %d", len(rec.Value), d.maxBytes)}
+		return &envelope.Error{Field: "value", Msg: fmt.Sprintf("too large: %d bytes exceeds the limit of %d", len(rec.Value), d.maxBytes)}
 	}
 	v := view{d: d, ctx: ctx, rec: rec}
-	var res Result
 	var err error
 	switch d.format {
 	case CloudEvents:
-		err = v.openCloudEvent(&res)
+		err = v.openCloudEvent(res)
 	case DebeziumOutbox:
-		err = v.openDebezium(&res)
+		err = v.openDebezium(res)
 	default: // Mapped
-		err = v.openMapped(&res)
+		err = v.openMapped(res)
 	}
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	// A traceparent header is the context of the hop that produced the
 	// record (what OpenTelemetry's Kafka instrumentations set); it wins
@@ -107,10 +121,8 @@ func (d *Decoder) decode(ctx context.Context, rec *kgo.Record, dst []byte) (Resu
 	if dst == nil { // one allocation for the envelope, whatever it holds
 		dst = make([]byte, 0, len(v.doc)+len(v.data)+512)
 	}
-	if res.Value, err = v.build(dst); err != nil {
-		return Result{}, err
-	}
-	return res, nil
+	res.Value, err = v.build(dst)
+	return err
 }
 
 // Prepare fetches the schemas the records' framed values (and keys, where
@@ -118,7 +130,7 @@ func (d *Decoder) decode(ctx context.Context, rec *kgo.Record, dst []byte) (Resu
 // finds them cached. It returns the first error wrapping ErrUnavailable;
 // records that can never decode are left for Decode to reject.
 func (d *Decoder) Prepare(ctx context.Context, recs []*kgo.Record) error {
-	if d.format == Envelope || d.schemas == nil {
+	if d.passThrough || d.schemas == nil {
 		return nil
 	}
 	for _, r := range recs {

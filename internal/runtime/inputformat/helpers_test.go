@@ -33,6 +33,13 @@ func mustNew(t testing.TB, o Options) *Decoder {
 	return d
 }
 
+// decodeRecord is Decode returning its result.
+func decodeRecord(d *Decoder, ctx context.Context, r *kgo.Record) (Result, error) {
+	var res Result
+	err := d.Decode(ctx, r, nil, &res)
+	return res, err
+}
+
 // outcome is what the processor would see for one record: Decode, then
 // envelope.Decode of the result, as records.go will call them.
 type outcome struct {
@@ -45,7 +52,7 @@ type outcome struct {
 
 func decodeOne(t testing.TB, d *Decoder, r *kgo.Record) outcome {
 	t.Helper()
-	res, err := d.Decode(context.Background(), r, nil)
+	res, err := decodeRecord(d, context.Background(), r)
 	if err == nil {
 		var ev *envelope.Event
 		if ev, err = envelope.Decode(res.Value, d.maxBytes); err == nil {

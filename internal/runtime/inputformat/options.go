@@ -237,7 +237,7 @@ func New(o Options) (*Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Decoder{format: f, fields: fields, maxBytes: o.MaxRecordBytes, schemas: o.Schemas}
+	d := &Decoder{format: f, passThrough: f == Envelope, fields: fields, maxBytes: o.MaxRecordBytes, schemas: o.Schemas}
 	if d.maxBytes <= 0 {
 		d.maxBytes = envelope.DefaultMaxBytes
 	}

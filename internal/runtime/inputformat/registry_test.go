@@ -191,7 +191,7 @@ func TestRegistryOutageIsRetryable(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			down.Store(true)
 			d := mustNew(t, Options{Format: Mapped, Fields: orderFields, Schemas: newSchemas(t, url)})
-			_, err := d.Decode(ctx, avroRec, nil)
+			_, err := decodeRecord(d, ctx, avroRec)
 			var ee *envelope.Error
 			if !errors.Is(err, ErrUnavailable) || errors.As(err, &ee) {
 				t.Fatalf("Decode while down: %v, want ErrUnavailable and no dead-letter reason", err)
@@ -211,7 +211,7 @@ func TestRegistryOutageIsRetryable(t *testing.T) {
 	if o := decodeOne(t, d, avroRec); o.ev == nil {
 		t.Fatalf("a prepared schema did not decode while the registry is down: %s %v", o.msg, o.err)
 	}
-	if _, err := d.Decode(ctx, protoRec, nil); !errors.Is(err, ErrUnavailable) {
+	if _, err := decodeRecord(d, ctx, protoRec); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("an unprepared schema while down: %v", err)
 	}
 }

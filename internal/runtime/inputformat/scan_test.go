@@ -153,7 +153,7 @@ func FuzzDecode(f *testing.F) {
 			{Key: "eventType", Value: spec}, {Key: "version", Value: key}, {Key: "ce_subject", Value: contentType},
 		}}
 		for _, d := range decoders {
-			res, err := d.Decode(context.Background(), r, nil)
+			res, err := decodeRecord(d, context.Background(), r)
 			if err != nil {
 				if o := decodeOne(t, d, r); o.reason == "" {
 					t.Fatalf("%s: an error that is not a dead-letter reason: %v", d.Format(), err)
