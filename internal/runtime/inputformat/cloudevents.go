@@ -111,7 +111,7 @@ func (v *view) openStructured(res *Result) error {
 		ts, _ := v.attr("tracestate")
 		res.Trace = newTraceContext(tp, ts)
 	}
-	if at, _ := lookup(v.doc, v.root, []string{"data"}); at.kind != kindNone {
+	if at, _ := v.lookupTop([]string{"data"}); at.kind != kindNone {
 		v.data, v.dataRoot = v.doc, at
 		return nil
 	}
@@ -143,7 +143,7 @@ func (v *view) openBase64Data() error {
 // attr is a string attribute of a structured CloudEvent, unescaped; nil
 // when absent or null.
 func (v *view) attr(name string) ([]byte, error) {
-	at, msg := lookup(v.doc, v.root, []string{name})
+	at, msg := v.lookupTop([]string{name})
 	switch {
 	case msg != "":
 		return nil, invalidValue(msg)

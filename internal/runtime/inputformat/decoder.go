@@ -199,6 +199,7 @@ type view struct {
 
 	doc  []byte // the JSON document pointers resolve in; nil: none
 	root span
+	top  topIndex // the members of doc's top-level object, when it is one
 
 	ce       bool   // a CloudEvent: pointers resolve through resolveCloudEvent
 	ceBinary bool   // CloudEvents binary mode: attributes are ce_ headers, "/data…" resolves in data
@@ -281,7 +282,13 @@ func (v *view) lookupDoc(m member, doc []byte, root span, tokens []string) (valu
 	if doc == nil {
 		return value{}, nil
 	}
-	at, msg := lookup(doc, root, tokens)
+	var at span
+	var msg string
+	if len(tokens) > 0 && len(v.doc) > 0 && &doc[0] == &v.doc[0] && root == v.root {
+		at, msg = v.lookupTop(tokens)
+	} else {
+		at, msg = lookup(doc, root, tokens)
+	}
 	if msg != "" {
 		return value{}, &envelope.Error{Field: m.String(), Msg: msg + " on the way to " + v.describe(m)}
 	}
@@ -289,6 +296,28 @@ func (v *view) lookupDoc(m member, doc []byte, root span, tokens []string) (valu
 		return value{}, nil
 	}
 	return value{kind: at.kind, b: doc[at.start:at.end]}, nil
+}
+
+// lookupTop is lookup from the document's root, its first step through
+// the top-level index.
+func (v *view) lookupTop(tokens []string) (span, string) {
+	if v.root.kind != kindObject {
+		return lookup(v.doc, v.root, tokens)
+	}
+	if !v.top.built {
+		v.top.build(v.doc, v.root)
+	}
+	if v.top.overflow {
+		return lookup(v.doc, v.root, tokens)
+	}
+	at, dup := v.top.find(v.doc, tokens[0])
+	if dup {
+		return span{}, "member " + strconv.Quote(tokens[0]) + " occurs twice"
+	}
+	if at.kind == kindNone {
+		return at, ""
+	}
+	return lookup(v.doc, at, tokens[1:])
 }
 
 // keyValue resolves the record key: decoded when framed, else text that

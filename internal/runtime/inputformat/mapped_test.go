@@ -3,6 +3,7 @@ package inputformat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -150,4 +151,24 @@ func TestOptionErrors(t *testing.T) {
 			t.Errorf("%+v: %v, want an *OptionError containing %q", c.o, err, c.want)
 		}
 	}
+}
+
+// TestManyTopLevelMembers: past the index's 48 members the lookups scan;
+// the answers are the same, duplicates included.
+func TestManyTopLevelMembers(t *testing.T) {
+	d := mustNew(t, Options{Format: Mapped, Fields: orderFields})
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 60 {
+		fmt.Fprintf(&b, `"m%d":%d,`, i, i)
+	}
+	head := b.String()
+	o := valid(t, d, record("", head+`"id":"e-1","type":"T","orderId":"o-1","seq":2}`))
+	if o.ev.EventID != "e-1" || o.ev.AggregateVersion != 2 {
+		t.Errorf("event %+v", o.ev)
+	}
+	checkPoison(t, d, []poison{
+		{"duplicate past the index", record("", head+`"id":"e-1","type":"T","orderId":"o-1","id":"e-2"}`), "invalid:eventId", `member "id" occurs twice`},
+		{"duplicate within the index", record("", `{"id":"e-1","type":"T","orderId":"o-1","id":"e-2"}`), "invalid:eventId", `member "id" occurs twice`},
+	})
 }

@@ -80,14 +80,7 @@ func objectMember(d []byte, obj span, name string) (found span, dup bool) {
 	}
 	for {
 		nEnd, esc := skipString(d, i)
-		var match bool
-		if !esc {
-			match = string(d[i+1:nEnd-1]) == name
-		} else {
-			var buf [64]byte
-			u, ok := unescape(buf[:0], d[i:nEnd])
-			match = ok && string(u) == name
-		}
+		match := nameIs(d[i:nEnd], esc, name)
 		i = skipWS(d, skipWS(d, nEnd)+1) // past ':'
 		vEnd := skipValue(d, i)
 		if match {
@@ -102,6 +95,78 @@ func objectMember(d []byte, obj span, name string) (found span, dup bool) {
 		}
 		i = skipWS(d, i+1)
 	}
+}
+
+// nameIs reports whether the member name token raw (quotes included) is
+// name, comparing the unescaped name when it has escapes.
+func nameIs(raw []byte, escaped bool, name string) bool {
+	if !escaped {
+		return string(raw[1:len(raw)-1]) == name
+	}
+	var buf [64]byte
+	u, ok := unescape(buf[:0], raw)
+	return ok && string(u) == name
+}
+
+// maxIndexed is how many members of a document's top-level object
+// topIndex holds; the members of a larger object are searched one by one.
+const maxIndexed = 48
+
+// topIndex locates the members of a document's top-level object in one
+// pass. A decoder looks a dozen members up per record (the attributes of a
+// structured CloudEvent, the pointers of a mapping); scanning the object
+// again for each, skipping the data every time, cost a structured
+// CloudEvent three times a binary one.
+type topIndex struct {
+	built, overflow bool
+	n               int
+	m               [maxIndexed]indexedMember
+}
+
+type indexedMember struct {
+	name    span // the name token, quotes included
+	escaped bool
+	at      span
+}
+
+func (x *topIndex) build(d []byte, obj span) {
+	x.built = true
+	i := skipWS(d, obj.start+1)
+	if d[i] == '}' {
+		return
+	}
+	for {
+		if x.n == maxIndexed {
+			x.overflow = true
+			return
+		}
+		nEnd, esc := skipString(d, i)
+		e := &x.m[x.n]
+		x.n++
+		e.name, e.escaped = span{start: i, end: nEnd}, esc
+		i = skipWS(d, skipWS(d, nEnd)+1)
+		vEnd := skipValue(d, i)
+		e.at = span{i, vEnd, kindOf(d[i])}
+		i = skipWS(d, vEnd)
+		if d[i] == '}' {
+			return
+		}
+		i = skipWS(d, i+1)
+	}
+}
+
+// find is objectMember of the indexed object.
+func (x *topIndex) find(d []byte, name string) (found span, dup bool) {
+	for k := 0; k < x.n; k++ {
+		e := &x.m[k]
+		if nameIs(d[e.name.start:e.name.end], e.escaped, name) {
+			if found.kind != kindNone {
+				return span{}, true
+			}
+			found = e.at
+		}
+	}
+	return found, false
 }
 
 // element finds the array element with index tok (RFC 6901: decimal, no
