@@ -18,6 +18,7 @@ type cache struct {
 	items    map[int]*list.Element // of *entry
 	lru      *list.List            // front: most recently used
 	inflight map[int]*call
+	waiters  int // callers waiting for another's load (tests wait on it)
 }
 
 type entry struct {
@@ -35,6 +36,13 @@ type call struct {
 
 func newCache(max int) *cache {
 	return &cache{max: max, items: map[int]*list.Element{}, lru: list.New(), inflight: map[int]*call{}}
+}
+
+// waiting is the number of callers waiting for another's load.
+func (c *cache) waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiters
 }
 
 // len is the number of ids cached.
@@ -59,7 +67,13 @@ func (c *cache) get(ctx context.Context, id int, load func(context.Context, int)
 		return e.d, nil
 	}
 	if cl, ok := c.inflight[id]; ok {
+		c.waiters++
 		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			c.waiters--
+			c.mu.Unlock()
+		}()
 		select {
 		case <-cl.done:
 			return cl.d, cl.err

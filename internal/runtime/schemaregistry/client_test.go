@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 func newRegistry(t *testing.T, opts ...srfake.Option) *srfake.Registry {
@@ -220,6 +223,51 @@ func TestCacheIsBoundedAndKeepsInvalidSchemas(t *testing.T) {
 	}
 	if n := fetches.Load(); n != 5 {
 		t.Fatalf("%d fetches, want 5: a schema that does not parse is cached as invalid", n)
+	}
+}
+
+// TestConcurrentMissesMakeOneFetch: callers that miss on an id while its
+// fetch is in flight wait for it instead of fetching again.
+func TestConcurrentMissesMakeOneFetch(t *testing.T) {
+	reg := newRegistry(t)
+	value := seedPoint(reg, 1)
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the registry's Close, which waits for held requests
+	var fetches atomic.Int64
+	reg.Intercept(func(_ http.ResponseWriter, r *http.Request) bool {
+		if strings.HasPrefix(r.URL.Path, "/schemas/ids/") {
+			fetches.Add(1)
+			arrived <- struct{}{}
+			<-release
+		}
+		return false
+	})
+	cl := newClient(t, Options{URL: reg.URL()})
+	ctx := context.Background()
+	const callers = 4
+	errs := make(chan error, callers)
+	decode := func() {
+		_, err := cl.Decode(ctx, value, nil, 0)
+		errs <- err
+	}
+	go decode()
+	<-arrived // the first fetch is in flight, held
+	for range callers - 1 {
+		go decode()
+	}
+	if err := testkit.WaitFor(ctx, 10*time.Second, func() bool { return cl.cache.waiting() == callers-1 }); err != nil {
+		t.Fatalf("the other callers did not wait for the fetch in flight (%d waiting, %d fetches): %v", cl.cache.waiting(), fetches.Load(), err)
+	}
+	open()
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches for %d concurrent callers, want 1", n, callers)
 	}
 }
 
