@@ -61,7 +61,7 @@ func (r *Result) DedupEventID(eventID string) string {
 	if r.IDNamespace == "" {
 		return eventID
 	}
-	return r.namespaced(eventID) // kept out so that DedupEventID inlines
+	return r.namespaced(eventID)
 }
 
 func (r *Result) namespaced(eventID string) string {
