@@ -18,9 +18,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/projector-dev/projector/configs"
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testtool"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // exposition maps each sample name of a text exposition (histograms appear
@@ -165,7 +165,7 @@ func scrapeWorker(t *testing.T) string {
 	}
 	cfg.HTTP.Listen = l.Addr().String()
 	l.Close()
-	a, err := app.New(cfg, app.Options{})
+	a, err := wiring.New(cfg, wiring.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

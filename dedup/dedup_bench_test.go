@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/core/state"
 )
 
 // benchStored is how many ids the benchmark store remembers: enough that the

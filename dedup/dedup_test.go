@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/core/state"
 )
 
 func store(t *testing.T) *state.Store {

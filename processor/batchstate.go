@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/staging"
 )
 
 // batchState is what one task's batch of a transaction keeps until the

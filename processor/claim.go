@@ -22,10 +22,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/runtime/command"
-	"github.com/projector-dev/projector/internal/runtime/envelope"
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/receipt"
+	"github.com/projector-dev/projector/internal/core/command"
+	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/receipt"
 )
 
 // claimKind starts the state key of a decided (tenant, key) in its claims

@@ -6,8 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/runtime/command"
-	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/core/command"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/projection"
 )
 

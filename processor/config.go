@@ -9,9 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/runtime/changelog"
-	"github.com/projector-dev/projector/internal/runtime/envelope"
-	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/core/changelog"
+	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -48,7 +48,7 @@ type Config struct {
 	EffectsTopic string
 	// ReceiptsTopic, when set (the ingress is configured), receives one
 	// receipt per new event that came through the HTTP ingress, in the same
-	// transaction as the event's other outputs (internal/runtime/receipt). Live
+	// transaction as the event's other outputs (internal/core/receipt). Live
 	// mode only: a rebuild never writes receipts.
 	ReceiptsTopic string
 	// ClaimsTopic, set with ReceiptsTopic and IngressTopic (the ingress is

@@ -1,10 +1,10 @@
 // Package processor is projector's event pipeline, run on the exactly-once
-// loop of internal/runtime/eos: for every input record, in partition order, it decodes
+// loop of internal/core/eos: for every input record, in partition order, it decodes
 // the envelope, deduplicates it, offers it to each projection's version guard
 // and stages the projection, dead-letter, side-effect intent and changelog
 // records of the same Kafka transaction as the input offsets — and, for an
 // event that came through the HTTP ingress and is new to the dedup store, its
-// receipt (internal/runtime/receipt; never for a duplicate or a conflict, so the
+// receipt (internal/core/receipt; never for a duplicate or a conflict, so the
 // first committed receipt of a key stands). With the ingress configured it
 // also consumes the ingress's claims topic, an internal input whose tasks
 // decide each (tenant, key) once, for ever, and forward only the winning

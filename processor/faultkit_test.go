@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/soak"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )

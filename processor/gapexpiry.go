@@ -3,7 +3,7 @@ package processor
 import (
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/projection"
 )
 

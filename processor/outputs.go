@@ -5,8 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )

@@ -3,8 +3,8 @@ package processor
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/receipt"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/receipt"
 )
 
 // receipts reports whether this processor writes ingress receipts.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/core/receipt"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/receipt"
-	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/processor"
 )
 
@@ -19,7 +19,7 @@ import (
 // projector-ingress header the ingress never writes – a 600 KB key of '<'
 // (its receipt, key and value, would be several MB) – then a record with a
 // well-formed header. Found by TestNoRecordStopsAPartition
-// (internal/runtime/app). The first event is applied and gets no receipt
+// (internal/app/wiring). The first event is applied and gets no receipt
 // (the header is malformed: the ingress's keys are at most 255 printable
 // characters); the second gets its receipt; the worker never exits. Before
 // the fix: MESSAGE_TOO_LARGE on the receipts topic, five aborts, Run

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/projection"
 )
 

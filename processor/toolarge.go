@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/staging"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )

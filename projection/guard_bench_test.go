@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/envelope"
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/projection"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/harness/race"
-	"github.com/projector-dev/projector/internal/runtime/envelope"
 )
 
 // recKV is a KV over a map that keeps the values it is given (as a

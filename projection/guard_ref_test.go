@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/core/envelope"
 )
 
 type refGuard Guard

@@ -9,8 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/projector-dev/projector/internal/runtime/envelope"
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/projection"
 )
 

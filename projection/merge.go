@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 )
 
 // MergePatch applies an RFC 7386 JSON merge patch to a JSON object document

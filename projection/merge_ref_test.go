@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 )
 
 // refMergePatch applies an RFC 7386 JSON merge patch to a JSON object document

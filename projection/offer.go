@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/core/envelope"
 )
 
 // offerScratch is what an Offer allocates for itself, in one piece: the

@@ -26,7 +26,7 @@ package projection
 import (
 	"slices"
 
-	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/core/envelope"
 )
 
 // Event is a decoded, validated event envelope.

@@ -10,9 +10,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/core/command"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/command"
-	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/sideeffects"
 	"github.com/projector-dev/projector/sideeffects/webhook"
 )

@@ -8,10 +8,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/runtime/command"
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
-	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/internal/core/command"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
+	"github.com/projector-dev/projector/internal/core/staging"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 

@@ -1,8 +1,8 @@
 package sideeffects
 
 import (
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/state"
 )
 
 // The types a user of the package needs that are implemented in internal

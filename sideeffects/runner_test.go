@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
 	"github.com/projector-dev/projector/sideeffects/webhook"

@@ -3,7 +3,7 @@ package sideeffects
 import (
 	"fmt"
 
-	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 

@@ -14,11 +14,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -128,13 +128,13 @@ func (rc *bodyReceiver) calls(key string) [][]byte {
 
 // startHTMLConfig starts a worker of htmlConfig calling url; stop cancels
 // it and returns what Run returned.
-func startHTMLConfig(t *testing.T, brokers []string, url string) (a *app.App, exited func() (error, bool), stop func() error) {
+func startHTMLConfig(t *testing.T, brokers []string, url string) (a *wiring.App, exited func() (error, bool), stop func() error) {
 	t.Helper()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(htmlConfig, brokers[0], t.TempDir(), url)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, err = app.New(cfg, app.Options{}); err != nil {
+	if a, err = wiring.New(cfg, wiring.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

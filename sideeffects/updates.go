@@ -3,8 +3,8 @@ package sideeffects
 import (
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/eos"
-	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/staging"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
 	"github.com/projector-dev/projector/sideeffects/webhook"

@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/state"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -31,7 +31,7 @@ import (
 // passed: until then the ledger b may trust says nothing of K's attempt.
 // What holds b back is the broker: a's transaction carries an offset of the
 // executor group for K's partition (the fence every state-changing
-// transaction adds, internal/runtime/eos/fence.go), so b's offset fetch
+// transaction adds, internal/core/eos/fence.go), so b's offset fetch
 // (require_stable, KIP-447) is answered UNSTABLE_OFFSET_COMMIT until a's
 // transaction resolves, and b verifies – restores, starts its Runner – only
 // after that. The test injects no answer: it holds a's EndTxn, and listens
@@ -131,7 +131,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	})
 	unstableWhileHeld := unstable.count()
 	if unstableWhileHeld == 0 {
-		t.Errorf("the broker never answered b's offset fetch with UNSTABLE_OFFSET_COMMIT while a's transaction was open (waited: %v): a's transaction carried no offsets for the group (its fence, internal/runtime/eos/fence.go)", err)
+		t.Errorf("the broker never answered b's offset fetch with UNSTABLE_OFFSET_COMMIT while a's transaction was open (waited: %v): a's transaction carried no offsets for the group (its fence, internal/core/eos/fence.go)", err)
 	}
 	released.Store(true)
 	close(release)

@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/projector-dev/projector/internal/runtime/acl"
-	"github.com/projector-dev/projector/internal/runtime/changelog"
-	"github.com/projector-dev/projector/internal/runtime/eos"
+	"github.com/projector-dev/projector/internal/core/acl"
+	"github.com/projector-dev/projector/internal/core/changelog"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 

@@ -12,11 +12,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/sideeffects"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -117,7 +117,7 @@ func expectedKeys(t *testing.T, recs []workload.Record) map[string]bool {
 }
 
 type live struct {
-	a      *app.App
+	a      *wiring.App
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -128,7 +128,7 @@ func startLive(t *testing.T, brokers []string, dir, url, onUnknown string) *live
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(cfg, app.Options{})
+	a, err := wiring.New(cfg, wiring.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/ingress"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
-	"github.com/projector-dev/projector/internal/runtime/ingress"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -219,18 +219,18 @@ func aclLogger() *slog.Logger {
 
 // runningApp is `projector run --role R` in-process.
 type runningApp struct {
-	a    *app.App
+	a    *wiring.App
 	stop context.CancelFunc
 	done chan error
 }
 
-func (e *aclEnv) startApp(t *testing.T, cfgPath string, role app.Role) *runningApp {
+func (e *aclEnv) startApp(t *testing.T, cfgPath string, role wiring.Role) *runningApp {
 	t.Helper()
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(cfg, app.Options{Role: role, Logger: aclLogger().With("role", string(role), "user", cfg.Kafka.SASL.Username)})
+	a, err := wiring.New(cfg, wiring.Options{Role: role, Logger: aclLogger().With("role", string(role), "user", cfg.Kafka.SASL.Username)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func (e *aclEnv) startIngress(t *testing.T, cfgPath string) (*ingress.Server, ch
 	if err != nil {
 		t.Fatal(err)
 	}
-	copts, err := app.ClientOpts(&cfg.Kafka)
+	copts, err := wiring.ClientOpts(&cfg.Kafka)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/ingress"
+	"github.com/projector-dev/projector/internal/app/ingress"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -22,7 +22,7 @@ func aclGranted(t *testing.T, e *aclEnv) {
 	grantee := func(role string) string { return e.config(t, live, e.principal(t, role, roleGrants(role, live))) }
 	top := t // the live worker outlives its subtest
 	t.Run("processor", func(t *testing.T) {
-		p := e.startApp(top, grantee("processor"), app.RoleProcessor)
+		p := e.startApp(top, grantee("processor"), wiring.RoleProcessor)
 		st := p.a.Processor.Stats()
 		waitWorking(t, p, "8 events applied, 2 held, 1 dead-lettered", func() bool {
 			return st.Outcome("applied") >= 8 && st.Outcome("held") >= 2 && st.Outcome("invalid") >= 1
@@ -30,7 +30,7 @@ func aclGranted(t *testing.T, e *aclEnv) {
 		t.Logf("applied %d, held %d, invalid %d", st.Outcome("applied"), st.Outcome("held"), st.Outcome("invalid"))
 	})
 	t.Run("executor", func(t *testing.T) {
-		x := e.startApp(top, grantee("executor"), app.RoleExecutor)
+		x := e.startApp(top, grantee("executor"), wiring.RoleExecutor)
 		waitWorking(t, x, "a webhook call made and two unknown outcomes parked", func() bool {
 			if e.calls("notify:A-1:v2") == 0 || e.calls("notify:U-1:v2") == 0 || e.calls("notify:U-2:v2") == 0 {
 				return false
@@ -125,10 +125,10 @@ func aclRunExpectingFailure(t *testing.T, e *aclEnv, role string, n aclNames, us
 	cfg := e.config(t, n, user)
 	switch role {
 	case "processor":
-		p := e.startApp(t, cfg, app.RoleProcessor)
+		p := e.startApp(t, cfg, wiring.RoleProcessor)
 		return p.failure(t, func() bool { return p.a.Processor.Stats().Outcome("applied") > 0 })
 	case "executor":
-		x := e.startApp(t, cfg, app.RoleExecutor)
+		x := e.startApp(t, cfg, wiring.RoleExecutor)
 		return x.failure(t, func() bool { return false })
 	case "ingress":
 		s, done := e.startIngress(t, cfg)

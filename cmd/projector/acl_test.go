@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	"github.com/projector-dev/projector/internal/runtime/acl"
-	"github.com/projector-dev/projector/internal/runtime/app"
+	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/core/acl"
 )
 
 // The Kafka ACLs each role needs, as docs/operations.md#kafka-acls lists
@@ -284,7 +284,7 @@ func TestKafkaACLsUnreportedOperations(t *testing.T) {
 		t.Fatalf("the processor's first grant is %s, want Read on its group", read)
 	}
 	gs[0] = groupGrant(n.name, opDescribe)
-	p := e.startApp(t, e.config(t, n, e.principal(t, "processor", gs)), app.RoleProcessor)
+	p := e.startApp(t, e.config(t, n, e.principal(t, "processor", gs)), wiring.RoleProcessor)
 	err := p.failure(t, func() bool { return p.a.Processor.Stats().Outcome("applied") > 0 })
 	if err == nil || !strings.Contains(err.Error(), read.need.String()) || strings.Contains(err.Error(), "cannot start") {
 		t.Fatalf("error %v\nwant the join's refusal naming %s", err, read.need)

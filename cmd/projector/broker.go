@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/projector-dev/projector/internal/runtime/broker"
+	"github.com/projector-dev/projector/internal/app/broker"
 )
 
 // runBroker is `projector broker`: the embedded, persistent, single-node

@@ -18,12 +18,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/configs"
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/ops"
 	"github.com/projector-dev/projector/internal/operator/rebuild"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -60,7 +60,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		d.cfg.SideEffects[i].Webhook.URL = d.sink.URL
 		d.cfg.SideEffects[i].OnUnknown = config.OnUnknownPark
 	}
-	if d.a, err = app.New(d.cfg, app.Options{Logger: log}); err != nil {
+	if d.a, err = wiring.New(d.cfg, wiring.Options{Logger: log}); err != nil {
 		return err
 	}
 	defer d.a.Close()
@@ -91,7 +91,7 @@ type demo struct {
 	w        *tabwriter.Writer // tables, on stdout
 	log      *slog.Logger
 	cfg      *config.Config
-	a        *app.App
+	a        *wiring.App
 	sink     *demoSink
 	mismatch int
 }

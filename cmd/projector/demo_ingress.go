@@ -10,15 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/core/receipt"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/receipt"
 )
 
 // demoIngress posts one event through the HTTP ingress, retries it
 // re-serialised (replayed from the committed receipt) and then sends the
 // same key with another payload (refused).
-func demoIngress(ctx context.Context, stdout io.Writer, a *app.App) error {
+func demoIngress(ctx context.Context, stdout io.Writer, a *wiring.App) error {
 	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool { ok, _ := a.Ingress.Ready(); return ok }); err != nil {
 		return fmt.Errorf("waiting for the ingress: %w", err)
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/operator/rebuild"
-	"github.com/projector-dev/projector/internal/runtime/app"
 )
 
 const diffExample = `  projector diff --config configs/example.yaml --topic case-overview.v1 --topic case-overview.v2
@@ -55,10 +55,10 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		if copts, err = app.ClientOpts(&cfg.Kafka); err != nil {
+		if copts, err = wiring.ClientOpts(&cfg.Kafka); err != nil {
 			return err
 		}
-		b, closeFn, err := app.Connect(cfg, log)
+		b, closeFn, err := wiring.Connect(cfg, log)
 		if err != nil {
 			return err
 		}

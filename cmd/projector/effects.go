@@ -11,9 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
 	sideeffect "github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -56,11 +56,11 @@ func effectsSetup(cf *commonFlags, stderr io.Writer) (*config.Config, []kgo.Opt,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	copts, err := app.ClientOpts(&cfg.Kafka)
+	copts, err := wiring.ClientOpts(&cfg.Kafka)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	brokers, closeFn, err := app.Connect(cfg, log)
+	brokers, closeFn, err := wiring.Connect(cfg, log)
 	if err != nil {
 		return nil, nil, nil, err
 	}

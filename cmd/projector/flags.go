@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/app/config"
 )
 
 // cmdFlags is how every command builds its flags: a FlagSet named after

@@ -15,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 const gapsUsage = `Usage of projector gaps:
@@ -102,11 +102,11 @@ func (cf *commonFlags) connect(stderr io.Writer, proj string) (*opsSession, erro
 			return nil, usageError{fmt.Sprintf("--projection: %q is not a configured projection (have %s)", proj, strings.Join(names, ", "))}
 		}
 	}
-	copts, err := app.ClientOpts(&cfg.Kafka)
+	copts, err := wiring.ClientOpts(&cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
-	brokers, closeFn, err := app.Connect(cfg, log)
+	brokers, closeFn, err := wiring.Connect(cfg, log)
 	if err != nil {
 		return nil, err
 	}

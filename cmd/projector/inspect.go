@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/operator/ops"
-	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // runInspect is `projector inspect AGGREGATE`: the guard version, state and

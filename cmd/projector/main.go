@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/projector-dev/projector/internal/runtime/config"
+	"github.com/projector-dev/projector/internal/app/config"
 )
 
 // Exit codes (docs/contract.md#exit-codes-and-signals).

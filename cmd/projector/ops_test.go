@@ -31,11 +31,11 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"gopkg.in/yaml.v3"
 
+	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/broker"
-	"github.com/projector-dev/projector/internal/runtime/config"
 	sideeffect "github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -77,7 +77,7 @@ func freeAddr(t *testing.T) string {
 
 // worker is an in-process `projector run` on the embedded broker.
 type worker struct {
-	app  *app.App
+	app  *wiring.App
 	stop context.CancelFunc
 	done chan error
 }
@@ -88,7 +88,7 @@ func startOpsWorker(t *testing.T, cfgPath string) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(cfg, app.Options{})
+	a, err := wiring.New(cfg, wiring.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

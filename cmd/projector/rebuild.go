@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/operator/rebuild"
-	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 const rebuildExample = `  projector rebuild --config configs/example.yaml --projection case-overview --topic case-overview.v2

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/projector-dev/projector/internal/runtime/app"
+	"github.com/projector-dev/projector/internal/app/wiring"
 )
 
 const runExample = `  projector run --config configs/example.yaml
@@ -20,8 +20,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.parse(args, stdout); err != nil {
 		return err
 	}
-	switch app.Role(*role) {
-	case app.RoleAll, app.RoleProcessor, app.RoleExecutor:
+	switch wiring.Role(*role) {
+	case wiring.RoleAll, wiring.RoleProcessor, wiring.RoleExecutor:
 	default:
 		return usageError{"--role: want processor, executor or all, got " + *role}
 	}
@@ -34,7 +34,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if *check {
-		if err := app.Check(cfg); err != nil {
+		if err := wiring.Check(cfg); err != nil {
 			return err
 		}
 		brokers := strings.Join(cfg.Kafka.Brokers, ",")
@@ -45,7 +45,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			cfg.Name, cfg.Kafka.InstanceID, *role, brokers, strings.Join(cfg.Kafka.Input, ","), cfg.State.Dir, cfg.HTTP.Listen)
 		return nil
 	}
-	a, err := app.New(cfg, app.Options{Logger: log, Role: app.Role(*role)})
+	a, err := wiring.New(cfg, wiring.Options{Logger: log, Role: wiring.Role(*role)})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 )
 
 // The ledger's size bounds. An entry is written again at every transition,
@@ -104,7 +104,7 @@ func (a Attempt) Bounded() Attempt {
 // not come through the processor's check.
 //
 // The changelog record's key is KeyPrefix and the idempotency key: the
-// loop produces a state key without its task prefix (internal/runtime/eos,
+// loop produces a state key without its task prefix (internal/core/eos,
 // stageChangelog).
 func MaxRecordBytes(key, effect string, intentLen int) int {
 	// A JSON encoding is the sum of its parts: the worst entry with empty

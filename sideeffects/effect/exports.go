@@ -1,11 +1,11 @@
 package effect
 
-import "github.com/projector-dev/projector/internal/runtime/config"
+import "github.com/projector-dev/projector/internal/app/config"
 
 // The configuration types a user of the package needs, implemented in an
 // internal package and re-exported here (in the style of pebble's
 // internal.go): they are the configuration file's own types, so
-// internal/runtime/app passes the file's sideEffects to NewRules as they are.
+// internal/app/wiring passes the file's sideEffects to NewRules as they are.
 
 // Rule is one configured side effect: the event types and optional condition
 // that trigger it, its idempotency key template, its webhook and its retry

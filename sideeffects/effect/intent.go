@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 	"github.com/projector-dev/projector/projection"
 )
 

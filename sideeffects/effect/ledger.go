@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 )
 
 // KeyPrefix starts every ledger key, after the caller's prefix (the task

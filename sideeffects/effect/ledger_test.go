@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
 )

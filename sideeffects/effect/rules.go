@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/projector-dev/projector/internal/runtime/config"
-	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/projection"
 )
 

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/projector-dev/projector/internal/runtime/config"
-	"github.com/projector-dev/projector/internal/runtime/envelope"
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/projector-dev/projector/internal/runtime/staging"
+	"github.com/projector-dev/projector/internal/core/staging"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 

@@ -1,6 +1,6 @@
 package webhook
 
-import "github.com/projector-dev/projector/internal/runtime/config"
+import "github.com/projector-dev/projector/internal/app/config"
 
 // The configuration types a user of the package needs, implemented in an
 // internal package and re-exported here (in the style of pebble's

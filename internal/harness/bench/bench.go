@@ -38,10 +38,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/broker"
-	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // Options configure a benchmark. Zero values take the defaults of Defaults.

@@ -17,10 +17,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/broker"
-	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 // IngressOptions configure the HTTP ingress load generator (`projector
@@ -238,7 +238,7 @@ func ingressWorker(ctx context.Context, o IngressOptions, brokerAddr, stateDir s
 	if err != nil {
 		return nil, err
 	}
-	a, err := app.New(cfg, app.Options{Logger: o.Logger})
+	a, err := wiring.New(cfg, wiring.Options{Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/broker"
+	"github.com/projector-dev/projector/internal/app/broker"
 )
 
 // brokerProc is the broker in its own process: `projector broker`, or, for a

@@ -41,9 +41,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/projector-dev/projector/internal/core/changelog"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/changelog"
 	"github.com/projector-dev/projector/sideeffects"
 )
 

@@ -18,9 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/core/topicread"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/operator/topicread"
-	"github.com/projector-dev/projector/internal/runtime/broker"
 )
 
 // TB is the part of testing.TB that Broker uses; testkit does not import

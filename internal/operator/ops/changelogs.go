@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/operator/topicread"
+	"github.com/projector-dev/projector/internal/core/topicread"
 )
 
 // stableEnds returns, per changelog partition that has committed records,

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/projector-dev/projector/internal/runtime/acl"
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/acl"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 	"github.com/projector-dev/projector/processor"
 )
 

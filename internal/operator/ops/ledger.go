@@ -13,8 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/operator/topicread"
-	"github.com/projector-dev/projector/internal/runtime/jsonenc"
+	"github.com/projector-dev/projector/internal/core/jsonenc"
+	"github.com/projector-dev/projector/internal/core/topicread"
 	"github.com/projector-dev/projector/sideeffects"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )

@@ -13,8 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/internal/runtime/envelope"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects"

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/projector-dev/projector/internal/runtime/acl"
+	"github.com/projector-dev/projector/internal/core/acl"
 	"github.com/projector-dev/projector/processor"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/operator/topicread"
+	"github.com/projector-dev/projector/internal/core/topicread"
 )
 
 // DiffOptions configure Diff.

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
 )
 
 const (
@@ -42,9 +42,9 @@ func newFixture(t *testing.T) *fixture {
 
 // startLive runs the live worker of cfg until the test ends (t.Cleanup:
 // before the fixture's broker and receiver close).
-func startLive(t *testing.T, cfg *config.Config) *app.App {
+func startLive(t *testing.T, cfg *config.Config) *wiring.App {
 	t.Helper()
-	a, err := app.New(cfg, app.Options{})
+	a, err := wiring.New(cfg, wiring.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

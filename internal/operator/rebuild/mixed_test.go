@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/internal/runtime/config"
 	"github.com/projector-dev/projector/processor"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/projector-dev/projector/internal/operator/topicread"
-	"github.com/projector-dev/projector/internal/runtime/acl"
+	"github.com/projector-dev/projector/internal/core/acl"
+	"github.com/projector-dev/projector/internal/core/topicread"
 )
 
 // partition is one input partition's range for this run.

@@ -20,11 +20,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/runtime/app"
-	"github.com/projector-dev/projector/internal/runtime/config"
-	"github.com/projector-dev/projector/internal/runtime/httpserver"
-	"github.com/projector-dev/projector/internal/runtime/metrics"
-	"github.com/projector-dev/projector/internal/runtime/state"
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/httpserver"
+	"github.com/projector-dev/projector/internal/app/metrics"
+	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects/effect"
@@ -57,7 +57,7 @@ type Options struct {
 	// DeadLetterTopic receives the rebuild's dead letters (default
 	// "<Topic>.dlq": the live dead-letter topic already has them).
 	DeadLetterTopic string
-	// Brokers override the configuration's (default: app.Connect, which
+	// Brokers override the configuration's (default: wiring.Connect, which
 	// connects to a running worker's embedded broker or starts it).
 	Brokers []string
 	// HTTPListen serves /metrics, /healthz and /readyz of the rebuild;
@@ -261,14 +261,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	brokers := o.Brokers
 	if len(brokers) == 0 {
-		b, closeFn, err := app.Connect(cfg, log)
+		b, closeFn, err := wiring.Connect(cfg, log)
 		if err != nil {
 			return nil, err
 		}
 		defer closeFn()
 		brokers = b
 	}
-	copts, err := app.ClientOpts(&cfg.Kafka)
+	copts, err := wiring.ClientOpts(&cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +337,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 // start of the input (or o.From).
 func newProcessor(o Options, pc *config.Projection, stateDir, group string, brokers []string, copts []kgo.Opt) (*state.Store, *processor.Processor, error) {
 	cfg := o.Config
-	projs, err := app.Projections(cfg)
+	projs, err := wiring.Projections(cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,149 @@
+package wiring_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+)
+
+// readyConfig: one processor with a side effect (role all runs the executor
+// too) against a broker given by address.
+const readyConfig = `name: rdy
+kafka:
+  brokers: [%s]
+  instanceId: %s
+  input: [case-events]
+  effectsTopic: rdy.effects
+  sessionTimeout: 6s
+  transactionTimeout: 10s
+state: {dir: %q}
+http: {listen: %q}
+projections:
+  - name: overview
+    topic: overview.v1
+    events: {CaseOpened: merge, CaseEscalated: merge}
+sideEffects:
+  - name: notify
+    on: [CaseEscalated]
+    key: "n:{aggregateId}:{aggregateVersion}"
+    webhook: {url: "http://127.0.0.1:9/never-called"}
+`
+
+// freeAddr returns a 127.0.0.1 address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// readyz returns the status code and body of GET /readyz (0 when the
+// server does not answer).
+func readyz(addr string) (int, string) {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// TestReadyIdleThirdInstance: three instances of one processor (role all:
+// processor and executor) on a 2-partition input and a 2-partition effects
+// topic. The third gets no partition in either group; it is ready – App.Ready
+// and GET /readyz 200 – within a few seconds of starting, and the other two
+// are ready too, each with one partition of each topic.
+func TestReadyIdleThirdInstance(t *testing.T) {
+	b, _ := testkit.Broker(t, 2, "case-events", "rdy.effects")
+	type inst struct {
+		id, http string
+		a        *wiring.App
+		stop     func()
+	}
+	start := func(id string) *inst {
+		in := &inst{id: id, http: freeAddr(t)}
+		cfg, err := config.Parse([]byte(fmt.Sprintf(readyConfig, b.Addr(), id, filepath.Join(t.TempDir(), id), in.http)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.a, in.stop = runApp(t, cfg)
+		if in.a.Processor == nil || in.a.Executor == nil {
+			t.Fatalf("%s: role all should run the processor and the executor", id)
+		}
+		return in
+	}
+	waitReady := func(in *inst, within time.Duration) time.Duration {
+		t.Helper()
+		begin := time.Now()
+		for {
+			ok, why := in.a.Ready()
+			code, body := readyz(in.http)
+			if ok && code == http.StatusOK {
+				return time.Since(begin)
+			}
+			if time.Since(begin) > within {
+				t.Fatalf("%s not ready after %s: Ready() = %v %q; /readyz %d %q", in.id, within, ok, why, code, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	a, b2 := start("i1"), start("i2")
+	defer a.stop()
+	defer b2.stop()
+	waitReady(a, 20*time.Second)
+	waitReady(b2, 20*time.Second)
+
+	// 15 s, not less: joining two groups as an idle member takes two
+	// rebalances, which a loaded machine under -race has stretched past
+	// 5 s (the time taken is logged below).
+	c := start("i3")
+	defer c.stop()
+	took := waitReady(c, 15*time.Second)
+	if n := len(c.a.Processor.Stats().Assigned()); n != 0 {
+		t.Errorf("third instance holds %d input partitions, want none", n)
+	}
+	if n := len(c.a.Executor.Stats().Assigned()); n != 0 {
+		t.Errorf("third instance holds %d effects partitions, want none", n)
+	}
+	if code, body := readyz(c.http); code != http.StatusOK || body != "ready" {
+		t.Errorf("third instance: /readyz %d %q, want 200 ready", code, body)
+	}
+	if v := gauge(t, c.a, "projector_ready", ""); v != 1 {
+		t.Errorf("third instance: projector_ready = %v", v)
+	}
+	// The first two are (again, after the rebalance the third caused)
+	// ready, and share the partitions.
+	// An instance is ready also while it holds nothing, so "ready" alone
+	// can be seen mid-rebalance: wait for the settled assignment.
+	for _, in := range []*inst{a, b2} {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			p, e := len(in.a.Processor.Stats().Assigned()), len(in.a.Executor.Stats().Assigned())
+			ok, _ := in.a.Ready()
+			if ok && p == 1 && e == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s holds %d input and %d effects partitions (ready %v), want 1 and 1, ready", in.id, p, e, ok)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("idle third instance ready %s after it started", took.Round(time.Millisecond))
+}
