@@ -111,7 +111,7 @@ func (d *demo) configure(dir string) error {
 
 // steps runs the demo's parts in order.
 func (d *demo) steps(ctx context.Context, bulk int) error {
-	if err := testkit.CreateTopic(ctx, d.a.Brokers, d.cfg.Kafka.Input[0], int32(d.cfg.Kafka.EmbeddedBroker.Partitions)); err != nil {
+	if err := testkit.CreateTopic(ctx, d.a.Brokers, d.cfg.Kafka.Input[0].Topic, int32(d.cfg.Kafka.EmbeddedBroker.Partitions)); err != nil {
 		return err
 	}
 	if err := d.story(ctx); err != nil {
@@ -141,7 +141,7 @@ func (d *demo) steps(ctx context.Context, bulk int) error {
 // story is part 1: the hand-written samples, their outcomes against the
 // expected ones, the projection and the dead letters.
 func (d *demo) story(ctx context.Context) error {
-	input := d.cfg.Kafka.Input[0]
+	input := d.cfg.Kafka.Input[0].Topic
 	samples := demoSamples()
 	var recs []workload.Record
 	want := map[string]int64{}
@@ -267,7 +267,7 @@ func (d *demo) volume(ctx context.Context, n int) error {
 	before := settledOutcomes(a.Processor.Stats())
 	fmt.Fprintf(d.stdout, "\n2. Producing %d generated records (%d events over %d cases, %d duplicates, reordering, late gaps,\n   stale writers, conflicts, invalid records; seed %d) ...\n", len(brecs), o.Events, o.Aggregates, exp.Duplicates, o.Seed)
 	t0 := time.Now()
-	if err := testkit.Produce(ctx, a.Brokers, d.cfg.Kafka.Input[0], brecs); err != nil {
+	if err := testkit.Produce(ctx, a.Brokers, d.cfg.Kafka.Input[0].Topic, brecs); err != nil {
 		return err
 	}
 	target := before + int64(exp.Applied+exp.Duplicates+exp.Stale+exp.Conflicts+exp.Invalid)
@@ -324,7 +324,7 @@ func (d *demo) rebuild(ctx context.Context, enq int64) error {
 	proj, sink := d.cfg.Projections[0], d.sink
 	const rebuilt = "demo.case-overview.rebuilt"
 	before := sink.total()
-	fmt.Fprintf(d.stdout, "\n4. Rebuilding %s from the start of %s into %s (side effects suppressed) ...\n", proj.Name, d.cfg.Kafka.Input[0], rebuilt)
+	fmt.Fprintf(d.stdout, "\n4. Rebuilding %s from the start of %s into %s (side effects suppressed) ...\n", proj.Name, d.cfg.Kafka.Input[0].Topic, rebuilt)
 	res, err := rebuild.Run(ctx, rebuild.Options{Config: d.cfg, Projection: proj.Name, Topic: rebuilt, Brokers: d.a.Brokers, Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)

@@ -153,7 +153,7 @@ func OptionsFromConfig(cfg *config.Config) Options {
 	for _, s := range cfg.SideEffects {
 		o.Effects = append(o.Effects, s.Name)
 	}
-	o.Inputs = append(o.Inputs, cfg.Kafka.Input...)
+	o.Inputs = append(o.Inputs, cfg.Kafka.InputNames()...)
 	return o
 }
 

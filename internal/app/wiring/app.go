@@ -283,7 +283,7 @@ func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt, mode processor.Mod
 	if a.Processor != nil {
 		mo.Processor = a.Processor.Stats()
 		mo.Pebble["processor"] = a.Store.Metrics
-		inputs := cfg.Kafka.Input
+		inputs := cfg.Kafka.InputNames()
 		if cfg.Ingress != nil && mode == processor.Live {
 			// The ingress's claims are an input too: their lag is
 			// requests waiting to be decided.
@@ -330,7 +330,7 @@ func (a *App) newProcessor(cfg *config.Config, o Options, d derived, copts []kgo
 	}
 	pc := processor.Config{
 		Session: a.session(cfg, copts, a.Store, a.Logger, o.Hooks),
-		Inputs:  cfg.Kafka.Input, EffectsTopic: cfg.Kafka.EffectsTopic,
+		Inputs:  cfg.Kafka.InputNames(), EffectsTopic: cfg.Kafka.EffectsTopic,
 		WaitForInputs: !cfg.Kafka.Embedded,
 		Projections:   d.projections, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: d.policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
