@@ -44,7 +44,16 @@ type Config struct {
 	// SessionTimeout (default 45s), Logger, Now and Hooks.
 	Session
 
-	Inputs       []string
+	Inputs []string
+	// InputFormats gives the format of an input topic whose records are
+	// not event envelopes, by topic; a topic it does not name is read as
+	// envelopes.
+	InputFormats map[string]InputFormat
+	// SchemaRegistry decodes input values (and keys) framed for a
+	// Confluent-compatible Schema Registry; nil: a framed value is
+	// dead-lettered invalid:value.
+	SchemaRegistry *SchemaRegistry
+
 	EffectsTopic string
 	// ReceiptsTopic, when set (the ingress is configured), receives one
 	// receipt per new event that came through the HTTP ingress, in the same

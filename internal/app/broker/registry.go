@@ -35,6 +35,8 @@ type Registry struct {
 	mu      sync.Mutex // serialises changes and their journal lines
 	journal *os.File   // nil without a directory
 	done    chan error
+	closed  sync.Once
+	cerr    error
 }
 
 // journalName is the file, in the registry's directory, that holds its
@@ -77,8 +79,14 @@ func StartRegistry(listen, dir string) (*Registry, error) {
 // URL is the registry's base URL, for schemaRegistry.url.
 func (r *Registry) URL() string { return "http://" + r.ln.Addr().String() }
 
-// Close stops serving and closes the journal.
+// Close stops serving and closes the journal; a second Close returns the
+// first's error.
 func (r *Registry) Close() error {
+	r.closed.Do(func() { r.cerr = r.close() })
+	return r.cerr
+}
+
+func (r *Registry) close() error {
 	err := r.srv.Close()
 	if serr := <-r.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr

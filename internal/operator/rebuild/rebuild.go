@@ -376,6 +376,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 
 		Mode: processor.Rebuild, StartOffset: &startOffset,
 	}
+	pcfg.InputFormats, pcfg.SchemaRegistry = wiring.InputFormats(cfg)
 	if len(cfg.SideEffects) > 0 {
 		// The rules run so that what live would have emitted is counted as
 		// suppressed; in rebuild mode the processor never produces it.
