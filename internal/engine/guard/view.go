@@ -1,10 +1,22 @@
-package projection
+package guard
+
+// The read-only view of the guard's stored state: the key kinds, the key
+// parsers and the record decoders. Tools that read the state from the
+// changelog topic (the operator commands: projector inspect, gaps) and the
+// processor's restore use these; nothing here writes.
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
+)
+
+// Changelog-key kind bytes of the guard's state: the first byte of a key
+// below the task prefix.
+const (
+	KindAggregate = 'a'
+	KindHeld      = 'h'
 )
 
 // ParseHeldKey splits a held key's changelog part (kind byte first) into
