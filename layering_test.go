@@ -1,4 +1,5 @@
-// Package projector_test holds the repository-wide checks: TestLayering.
+// Package projector_test holds the repository-wide checks: TestLayering,
+// TestOperatorsUseGuardViewOnly.
 package projector_test
 
 import (

@@ -34,12 +34,6 @@ type KV interface {
 	Scan(prefix []byte, fn func(key, value []byte) error) error
 }
 
-// Source locates an event's original record, for outputs and dead letters.
-type Source struct {
-	Offset     int64
-	Key, Value []byte
-}
-
 // Change is one application of an event to an aggregate: the processor emits
 // one projection record per Change.
 type Change struct {
