@@ -1,4 +1,5 @@
-// Package projector_test holds the repository-wide checks: TestLayering.
+// Package projector_test holds the repository-wide checks: TestLayering,
+// TestOperatorsUseGuardViewOnly.
 package projector_test
 
 import (
@@ -20,7 +21,9 @@ var layers = []struct {
 	prefixes []string
 }{
 	{"the core (internal/core)", []string{"internal/core/"}},
-	{"the public library", []string{"dedup", "projection", "sideeffects", "processor"}},
+	{"the handler API (projection)", []string{"projection"}},
+	{"the engine (internal/engine)", []string{"internal/engine/"}},
+	{"the public library", []string{"dedup", "sideeffects", "processor"}},
 	{"the application (internal/app)", []string{"internal/app/"}},
 	{"the operator features (internal/operator)", []string{"internal/operator/"}},
 	{"the harness (internal/harness)", []string{"internal/harness/"}},

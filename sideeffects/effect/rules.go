@@ -159,6 +159,7 @@ func (r *Rules) Intents(projectionName string, ev *projection.Event, version int
 		return nil, nil
 	}
 	p := payloadCache{raw: ev.Payload}
+	env := (*envelope.Event)(ev) // the same fields: a pointer conversion, no copy
 	var (
 		out  []projection.Intent
 		errs []error
@@ -166,13 +167,13 @@ func (r *Rules) Intents(projectionName string, ev *projection.Event, version int
 	for _, i := range idx {
 		ru := &r.effects[i]
 		if ru.rule.When != nil {
-			v, ok := conditionValue(ev, ru.path, &p)
+			v, ok := conditionValue(env, ru.path, &p)
 			if !ok || !ru.rule.When.Match(normalize(v)) {
 				continue
 			}
 		}
 		key, err := ru.key.Expand(func(name string) (string, bool) {
-			return placeholder(name, ru.rule.Name, projectionName, ev, version, &p)
+			return placeholder(name, ru.rule.Name, projectionName, env, version, &p)
 		})
 		if err != nil {
 			errs = append(errs, &KeyError{Effect: ru.rule.Name, EventID: ev.EventID, Err: err})

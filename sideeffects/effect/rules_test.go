@@ -22,13 +22,13 @@ func mustRules(t *testing.T, effects ...effect.Rule) *effect.Rules {
 	return r
 }
 
-func decodeEvent(t *testing.T, raw string) *envelope.Event {
+func decodeEvent(t *testing.T, raw string) *projection.Event {
 	t.Helper()
 	ev, err := envelope.Decode([]byte(raw), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ev
+	return (*projection.Event)(ev)
 }
 
 func TestRulesIntents(t *testing.T) {
