@@ -169,7 +169,7 @@ func TestEffectRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := r.Intents("p", ev, 3); err != nil || !slices.Equal(got, tc.want) {
+		if got, err := r.Intents("p", (*projection.Event)(ev), 3); err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("payload %s: intents %v, %v; want %v", tc.payload, got, err, tc.want)
 		}
 	}
