@@ -8,6 +8,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/command"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -43,7 +44,7 @@ func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) err
 		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
 		return nil
 	}
-	if c.Projection != "" && !slices.ContainsFunc(p.guards, func(g *projection.Guard) bool { return g.P.Name == c.Projection }) {
+	if c.Projection != "" && !slices.ContainsFunc(p.guards, func(g *guard.Guard) bool { return g.P.Name == c.Projection }) {
 		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
 			fmt.Sprintf("skip-gap: no projection %q", c.Projection))
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/changelog"
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -193,7 +194,7 @@ func StoreOptions(cacheBytes int64) StoreConfig {
 // a stream of held events a cache insert per record and evicted the
 // aggregates the cache is for.
 func heldKey(changelogKey []byte) bool {
-	return len(changelogKey) > 0 && (changelogKey[0] == projection.KindHeld || changelogKey[0] == claimKind)
+	return len(changelogKey) > 0 && (changelogKey[0] == guard.KindHeld || changelogKey[0] == claimKind)
 }
 
 // cached selects the keys the store keeps fast paths for (the value cache
@@ -207,6 +208,6 @@ func heldKey(changelogKey []byte) bool {
 // rarely: the per-task filter and the recent-ids cache answer most checks)
 // are not selected.
 func cached(changelogKey []byte) bool {
-	return len(changelogKey) > 0 && (changelogKey[0] == projection.KindAggregate || changelogKey[0] == projection.KindHeld ||
+	return len(changelogKey) > 0 && (changelogKey[0] == guard.KindAggregate || changelogKey[0] == guard.KindHeld ||
 		changelogKey[0] == claimKind)
 }

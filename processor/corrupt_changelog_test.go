@@ -13,10 +13,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/core/changelog"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
-	"github.com/projector-dev/projector/projection"
 )
 
 // TestCorruptChangelogRecordStopsRestore: the one record allowed to stop a
@@ -33,7 +33,7 @@ import (
 // of that aggregate or id, or never); an aggregate key with a huge length
 // panicked the restore.
 func TestCorruptChangelogRecordStopsRestore(t *testing.T) {
-	aggKey := func(proj, agg string) []byte { return projection.AggregateKey(nil, proj, agg) }
+	aggKey := func(proj, agg string) []byte { return guard.AggregateKey(nil, proj, agg) }
 	for _, tc := range []struct {
 		name       string
 		key, value []byte
@@ -43,8 +43,8 @@ func TestCorruptChangelogRecordStopsRestore(t *testing.T) {
 		{"aggregate record", aggKey("case-overview", "A-1"), []byte{9, 9, 9}},
 		// format 1, version 1, no flags, one held event since 1 ms: a record
 		// that decodes, under a key whose projection length overflows.
-		{"aggregate key", binary.AppendUvarint([]byte{projection.KindAggregate}, 1<<63), []byte{1, 1, 0, 1, 2, '{', '}'}},
-		{"held event", binary.BigEndian.AppendUint64(projection.HeldPrefix(nil, "case-overview", "H-1"), 9), []byte{}},
+		{"aggregate key", binary.AppendUvarint([]byte{guard.KindAggregate}, 1<<63), []byte{1, 1, 0, 1, 2, '{', '}'}},
+		{"held event", binary.BigEndian.AppendUint64(guard.HeldPrefix(nil, "case-overview", "H-1"), 9), []byte{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 1)

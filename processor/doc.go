@@ -26,7 +26,7 @@
 //     read stops the restore, named (docs/contract.md#corrupt-changelog-records).
 //   - read-your-writes: inside a transaction, guards and dedup read the
 //     staged overlay first.
-//   - one-order-per-aggregate: see package projection.
+//   - one-order-per-aggregate: see internal/engine/guard, the version guard.
 //   - fencing-is-fatal: the transactional id is stable per instance
 //     (name-instanceId); an End error (fenced, or any other, none is
 //     retryable) stops Run with an error.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -153,7 +154,7 @@ func (p *Processor) expire(b *eos.Batch, e expiry) error {
 // and emits the step: the applied held events (counted), the dead letters,
 // the gap-index update, and the too-large dead letter of the held event the
 // skip left unapplied, which it returns (nil: none).
-func (p *Processor) resolveGap(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (checkedStep, *projection.Change, error) {
+func (p *Processor) resolveGap(b *eos.Batch, ts *taskState, g *guard.Guard, aggregate string, pol projection.Policy, hold time.Duration) (checkedStep, *guard.Change, error) {
 	step, dropped, why, err := p.expireStep(b, ts, g, aggregate, pol, hold)
 	if err != nil {
 		return step, nil, err

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/core/eos"
-	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/internal/engine/guard"
 )
 
 // gapKey names one aggregate's gap in one projection.
@@ -106,7 +106,7 @@ func (p *Processor) publishGaps() {
 
 // trackGap records the aggregate's gap state for the task's gap index (b is
 // the task's batch), applied once the transaction commits (batchState.committed).
-func (ts *taskState) trackGap(b *eos.Batch, k gapKey, step projection.Step) {
+func (ts *taskState) trackGap(b *eos.Batch, k gapKey, step guard.Step) {
 	bs := ts.batchOf(b)
 	c := gapChange{key: k}
 	if step.HeldCount > 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/jsonenc"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -20,7 +21,7 @@ const projectionRecordText = 113 + 12 + 20 + 2
 // projectionRecord encodes a Change as the contract's projection record (a
 // tombstone for a deletion). Encoding is by hand: the state is already JSON and
 // is embedded as is.
-func projectionRecord(p *projection.Projection, c projection.Change) *kgo.Record {
+func projectionRecord(p *projection.Projection, c guard.Change) *kgo.Record {
 	ev := c.Event
 	// Key and value share one buffer, sized for both unless names need
 	// escaping (then append grows it).
@@ -69,7 +70,7 @@ func appendMember(b []byte, member, v string) []byte {
 // (docs/design.md#effects-only-from-applied,
 // docs/design.md#no-effects-in-rebuild). Intents are only ever built from
 // Changes, that is from applied events.
-func (p *Processor) emitIntents(b *eos.Batch, ts *taskState, pr *projection.Projection, c projection.Change, fx changeIntents) {
+func (p *Processor) emitIntents(b *eos.Batch, ts *taskState, pr *projection.Projection, c guard.Change, fx changeIntents) {
 	if fx.err != nil {
 		p.deadLetter(b, ts, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonHandlerError,
 			"event applied, but a side effect could not be built: "+fx.err.Error())

@@ -13,7 +13,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/acl"
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/inputformat"
-	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/internal/engine/guard"
 )
 
 // ErrFenced reports that another instance with the same transactional id took
@@ -24,7 +24,7 @@ var ErrFenced = eos.ErrFenced
 // Run once.
 type Processor struct {
 	cfg    Config
-	guards []*projection.Guard
+	guards []*guard.Guard
 	loop   *eos.Loop[*taskState]
 	stats  *Stats
 	// decoders are the input topics' decoders, for the topics whose format
@@ -100,7 +100,7 @@ func New(cfg Config) (*Processor, error) {
 	}
 	p.decoders = decoders
 	for _, pr := range cfg.Projections {
-		p.guards = append(p.guards, &projection.Guard{P: pr, MaxHeld: cfg.MaxHeld, MaxRecordBytes: cfg.MaxRecordBytes})
+		p.guards = append(p.guards, &guard.Guard{P: pr, MaxHeld: cfg.MaxHeld, MaxRecordBytes: cfg.MaxRecordBytes})
 	}
 	var outputs []eos.TopicSpec
 	for _, pr := range cfg.Projections {
@@ -184,7 +184,7 @@ func (ts *taskState) resetGaps() {
 // segments.
 func restoreRecord(d *dedup.Store) func(key, value []byte, now time.Time, emit func(key, value []byte)) error {
 	return func(key, value []byte, now time.Time, emit func(key, value []byte)) error {
-		if err := projection.CheckRecord(key, value); err != nil {
+		if err := guard.CheckRecord(key, value); err != nil {
 			return err
 		}
 		return d.Restore(key, value, now, emit)
@@ -215,13 +215,13 @@ func (ts *taskState) Restored() error {
 	// The gap index from the aggregate records: their held count covers
 	// the held events under their own keys and the one a record carries
 	// inline (which has no key to find it by).
-	aggPrefix := append(append([]byte(nil), t.Prefix...), projection.KindAggregate)
+	aggPrefix := append(append([]byte(nil), t.Prefix...), guard.KindAggregate)
 	err := p.cfg.Store.Scan(aggPrefix, func(k, v []byte) error {
-		snap, err := projection.DecodeSnapshot(v)
+		snap, err := guard.DecodeSnapshot(v)
 		if err != nil || snap.HeldCount == 0 {
 			return nil // inspect reports corrupt records; the guard never wrote one
 		}
-		proj, agg, err := projection.ParseAggregateKey(k[len(t.Prefix):])
+		proj, agg, err := guard.ParseAggregateKey(k[len(t.Prefix):])
 		if err != nil {
 			return nil
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/internal/core/receipt"
-	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/internal/engine/guard"
 )
 
 // Dead-letter reasons (header projector-reason).
@@ -68,7 +68,7 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 		p.rejectInvalid(b, ts, r, origin, err)
 		return nil
 	}
-	var arr [4]*projection.Guard // matched guards, usually one: no allocation
+	var arr [4]*guard.Guard // matched guards, usually one: no allocation
 	matched := arr[:0]
 	for _, g := range p.guards {
 		if g.P.Accepts(ev.AggregateType) {
@@ -147,7 +147,7 @@ func (p *Processor) rejectInvalid(b *eos.Batch, ts *taskState, r *kgo.Record, or
 // required per projection, so a rebuild of either kind alone does what live
 // does for it. The dedup mark does not depend on the projections: a
 // redelivery is a duplicate for all of them, live and in a rebuild.
-func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record, matched []*projection.Guard) (offer []*projection.Guard, rejected []string) {
+func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record, matched []*guard.Guard) (offer []*guard.Guard, rejected []string) {
 	bs := ts.batchOf(b)
 	offer = matched[:0:0]
 	for _, g := range matched {
@@ -175,9 +175,9 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record
 // envelope (value), not the record's own value when the topic has another
 // format: a held event drains by decoding its envelope again, without the
 // topic's decoder or its Schema Registry.
-func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value []byte, ev *envelope.Event, matched []*projection.Guard, rc *receipt.Receipt) error {
+func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value []byte, ev *envelope.Event, matched []*guard.Guard, rc *receipt.Receipt) error {
 	bs := ts.batchOf(b)
-	src := projection.Source{Offset: r.Offset, Key: r.Key, Value: value}
+	src := guard.Source{Offset: r.Offset, Key: r.Key, Value: value}
 	var tooLarge []string // "projection p: why"
 	for _, g := range matched {
 		step, tooBig, err := p.offer(b, ts, g, ev, src)
@@ -193,7 +193,7 @@ func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value [
 		bs.counts.add(g.P.Name, outcomeLabel(step.Outcome))
 		rc.Set(g.P.Name, outcomeLabel(step.Outcome))
 		drained := len(step.Changes) // the held events applied after it, counted applied
-		if step.Outcome == projection.Applied {
+		if step.Outcome == guard.Applied {
 			drained-- // the offered event, counted above
 		}
 		bs.counts.addN(g.P.Name, "applied", drained)
@@ -207,13 +207,13 @@ func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value [
 
 // outcomeLabel is a guard step's outcome as the outcome label of the events
 // counter and the receipt.
-func outcomeLabel(o projection.Outcome) string {
+func outcomeLabel(o guard.Outcome) string {
 	switch o {
-	case projection.Applied:
+	case guard.Applied:
 		return "applied"
-	case projection.Stale:
+	case guard.Stale:
 		return "stale"
-	case projection.Held:
+	case guard.Held:
 		return "held"
 	default: // Failed, Overflow: dead-lettered with the reason
 
@@ -222,7 +222,7 @@ func outcomeLabel(o projection.Outcome) string {
 }
 
 // emitStep turns a guard step into output records and gap-index updates.
-func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, step checkedStep) {
+func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *guard.Guard, aggregate string, step checkedStep) {
 	for i, c := range step.Changes {
 		b.Produce(projectionRecord(g.P, c))
 		fx := changeIntents{list: c.Effects} // the handler's alone: no rules

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/core/eos"
-	"github.com/projector-dev/projector/projection"
+	"github.com/projector-dev/projector/internal/engine/guard"
 )
 
 // Outcomes lists every outcome label, in the contract's order, plus "failed"
@@ -31,7 +31,7 @@ func (t *tally) addN(projection, outcome string, n int) {
 		t.events[[2]string{projection, outcome}] += int64(n)
 	}
 }
-func (t *tally) addAll(gs []*projection.Guard, outcome string) {
+func (t *tally) addAll(gs []*guard.Guard, outcome string) {
 	if len(gs) == 0 {
 		t.add("", outcome)
 	}

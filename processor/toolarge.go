@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/staging"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -23,7 +25,7 @@ const recordOverhead = eos.RecordOverhead
 // intents of each of its Changes as the check built them: emitStep produces
 // those, so a Change's rules are evaluated once.
 type checkedStep struct {
-	projection.Step
+	guard.Step
 	// intents holds each Change's intents (indexed as Changes); nil when
 	// no rules are configured: then a Change's intents are its Effects.
 	intents []changeIntents
@@ -46,7 +48,7 @@ type changeIntents struct {
 // wrapper. An oversize aggregate record is laid to the last change, and an
 // expiry that leaves that change out retries with the record as it stood
 // before it.
-func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging.Overlay) (string, int) {
+func (p *Processor) tooLarge(g *guard.Guard, step *checkedStep, kv *staging.Overlay) (string, int) {
 	limit := p.cfg.MaxRecordBytes
 	step.intents = nil
 	for i := range step.Changes {
@@ -94,7 +96,7 @@ func (p *Processor) tooLarge(g *projection.Guard, step *checkedStep, kv *staging
 // attempt history (effect.MaxRecordBytes). The executor could never write
 // that entry's changelog record, and would stop at every restart (issue
 // 22); refused here, the event is dead-lettered too-large instead.
-func (p *Processor) intentTooLarge(g *projection.Guard, c *projection.Change, in projection.Intent) string {
+func (p *Processor) intentTooLarge(g *guard.Guard, c *guard.Change, in projection.Intent) string {
 	limit := p.cfg.MaxRecordBytes
 	ev := c.Event
 	// An upper bound of the value's length first (escaping at most
@@ -122,7 +124,7 @@ func (p *Processor) intentTooLarge(g *projection.Guard, c *projection.Change, in
 // exceed the record limit is discarded (the guard stays where it was, so
 // the aggregate's later versions are held behind the missing one) and
 // tooBig says why.
-func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *projection.Event, src projection.Source) (step checkedStep, tooBig string, err error) {
+func (p *Processor) offer(b *eos.Batch, ts *taskState, g *guard.Guard, ev *envelope.Event, src guard.Source) (step checkedStep, tooBig string, err error) {
 	bs := ts.batchOf(b)
 	kv := bs.stage(b)
 	step.Step, err = g.Offer(kv, ts.task.Prefix, ev, src, b.Now)
@@ -159,7 +161,7 @@ func (p *Processor) offer(b *eos.Batch, ts *taskState, g *projection.Guard, ev *
 // events and is returned (with why) to be dead-lettered too-large, and the
 // versions after it wait behind it under the gap policy – so an oversized
 // held event can neither abort the transaction nor stop the expiry.
-func (p *Processor) expireStep(b *eos.Batch, ts *taskState, g *projection.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step checkedStep, dropped *projection.Change, why string, err error) {
+func (p *Processor) expireStep(b *eos.Batch, ts *taskState, g *guard.Guard, aggregate string, pol projection.Policy, hold time.Duration) (step checkedStep, dropped *guard.Change, why string, err error) {
 	bs := ts.batchOf(b)
 	var stop int64
 	for {

@@ -440,7 +440,7 @@ func TestIntentLedgerEntryTooLarge(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := projection.Intent{Effect: "notify", Key: fmt.Sprintf("notify:%s:v1", ev.AggregateID)}
-		return in.Key, effect.IntentValue(in, "case-overview", ev, 1, r.Value)
+		return in.Key, effect.IntentValue(in, "case-overview", (*projection.Event)(ev), 1, r.Value)
 	}
 	ledgerRecord := func(r workload.Record) int {
 		key, v := intentOf(r)

@@ -1,36 +1,53 @@
-// Package projection turns applied events into read-model state: the
-// per-aggregate version guard (apply / stale / hold), the durable buffer of held
-// events and its drain, the declarative rules (merge, delete) and the Handler
-// interface for projections written in Go.
+// Package projection is the API of a projection's code: the Handler a
+// library user implements (or the declarative Rules, whose merge is
+// MergePatch), the Event it is given, the Result it returns with the side
+// effects it asks for (Intent), and the Projection that names a read model.
+// It also names the gap policies (Policy) a processor is configured with.
 //
-// Invariants (named in docs/design.md#invariants):
+// What the processor does around a handler lives inward, in
+// internal/engine/guard: the per-aggregate version guard (apply, stale,
+// hold), the durable buffer of held events and its drain, and the stored
+// form of all that. What a handler can rely on (docs/design.md#invariants):
 //
-//   - one-order-per-aggregate: for a versioned projection the versions
-//     applied to an aggregate are exactly 1, 2, 3 …; an event whose version
-//     is not the next one is stale (≤ current) or held (> current+1).
-//   - one-order-per-aggregate (held events are state): they are stored below
-//     the task prefix (and so produced to the changelog), survive crashes and
-//     partition moves, and drain in order the moment the missing version is
-//     applied. An aggregate's held events are the one its record carries
-//     inline, if any, and those under its held prefix; its record's held
-//     count counts both (decision 009).
-//   - one-order-per-aggregate (a handler error leaves the guard where it
-//     was): the failing event is reported (dead-lettered by the processor)
-//     and later versions wait behind the gap, where the gap policy and
-//     operators see them.
-//   - staged-writes-only: the guard reads and writes only through the staged
-//     transaction it is given, so nothing it does outlives an aborted Kafka
-//     transaction.
+//   - one-order-per-aggregate: for a versioned projection a handler sees an
+//     aggregate's versions exactly in the order 1, 2, 3 …, each once; an
+//     event whose version is not the next one is dropped as stale or held
+//     until the missing ones are applied.
+//   - a handler error leaves the aggregate where it was: the event is
+//     dead-lettered (reason handler-error) and later versions wait behind
+//     the gap.
+//   - the processor calls Apply for one aggregate at a time, but for
+//     several aggregates (one per input partition being processed) at once.
 package projection
 
-import (
-	"slices"
+import "slices"
 
-	"github.com/projector-dev/projector/internal/core/envelope"
-)
-
-// Event is a decoded, validated event envelope.
-type Event = envelope.Event
+// Event is a decoded, validated event envelope (docs/contract.md#event-envelope),
+// as a handler sees it. The processor has checked the envelope before the
+// handler sees it: EventID, EventType and AggregateID are set, strings are
+// valid UTF-8, and Payload is valid JSON.
+//
+// The handler must not modify an Event or keep it (or its Payload) after
+// Apply returns: it shares memory with the input record.
+type Event struct {
+	// EventID identifies the event (dedup is by it); EventType selects the
+	// rule of a declarative projection; AggregateID names the aggregate
+	// whose state the event changes; AggregateType is "" when absent.
+	EventID, EventType, AggregateID, AggregateType string
+	// AggregateVersion is the aggregate's version after this event, 1 for
+	// its first; 0 when the envelope has none (which only an unversioned
+	// projection accepts).
+	AggregateVersion int64
+	// TenantID is "" when absent (an empty tenantId is treated as absent).
+	TenantID string
+	// OccurredAt is as given, an RFC 3339 timestamp, or "" when absent.
+	OccurredAt string
+	// CorrelationID, CausationID and Producer are "" when absent.
+	CorrelationID, CausationID, Producer string
+	// Payload is the raw JSON of the payload member exactly as in the input
+	// (without surrounding whitespace); nil when absent, "null" when null.
+	Payload []byte
+}
 
 // Handler computes an aggregate's next state from an applied event. state is
 // the current JSON object ("{}" for a new or deleted aggregate) and must not be

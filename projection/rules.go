@@ -1,9 +1,9 @@
 package projection
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
+
+	"github.com/projector-dev/projector/internal/core/jsonmerge"
 )
 
 // Rule is a declarative state change.
@@ -34,12 +34,12 @@ func ParseRule(s string) (Rule, error) {
 type Rules map[string]Rule
 
 // ErrPayloadNotObject is returned when a merge payload is not a JSON object.
-var ErrPayloadNotObject = errors.New("projection: merge payload is not a JSON object")
+var ErrPayloadNotObject = jsonmerge.ErrNotObject
 
 // Apply implements Handler.
 func (r Rules) Apply(state []byte, ev *Event) (Result, error) {
 	res, patch, err := r.decide(ev)
-	if patch == nil {
+	if patch == nil || err != nil {
 		return res, err
 	}
 	out, err := MergePatch(state, patch)
@@ -50,21 +50,19 @@ func (r Rules) Apply(state []byte, ev *Event) (Result, error) {
 }
 
 // decide is Apply up to the merge itself: patch is the payload object to
-// merge into the state, or nil when res, err is the whole result. The guard
-// uses it to merge into a pooled scratch buffer (Guard.run).
+// merge into the state, or nil when res, err is the whole result. (The
+// version guard merges into a pooled scratch buffer instead, through
+// jsonmerge: internal/engine/guard, Guard.run.)
 func (r Rules) decide(ev *Event) (res Result, patch []byte, err error) {
 	switch r[ev.EventType] {
 	case Delete:
 		return Result{Delete: true}, nil, nil
 	case Merge:
-		p := bytes.TrimSpace(ev.Payload)
-		if len(p) == 0 || string(p) == "null" {
+		p, err := jsonmerge.Patch(ev.Payload)
+		if p == nil && err == nil {
 			return Result{Keep: true}, nil, nil // nothing to merge
 		}
-		if p[0] != '{' {
-			return Result{}, nil, ErrPayloadNotObject
-		}
-		return Result{}, p, nil
+		return Result{}, p, err
 	default:
 		return Result{Keep: true}, nil, nil
 	}

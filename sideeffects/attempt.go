@@ -57,7 +57,7 @@ func (r *Runner) callOver(eff Effect, a effect.Attempt) time.Time {
 func (r *Runner) process(ctx context.Context, key string) error {
 	// One call per key in this process: a slot still held is the call of
 	// an earlier Runner of this partition, revoked and given back to us.
-	slot, err := r.cfg.Calls.Acquire(ctx, key)
+	slot, err := r.cfg.calls.Acquire(ctx, key)
 	if err != nil {
 		return nil // shutting down: the key stays for the next Runner
 	}
@@ -148,7 +148,7 @@ func (r *Runner) call(ctx context.Context, eff Effect, e effect.Entry) effect.Re
 // partition was revoked while the call ran, or the store failed), the
 // outcome is handed over in this process and reported to the partition's
 // next owner.
-func (r *Runner) record(slot *Slot, key string, eff Effect, n int, res effect.Result) error {
+func (r *Runner) record(slot *callSlot, key string, eff Effect, n int, res effect.Result) error {
 	// One decision (its backoff is random): recorded here, or reported to
 	// the partition's next owner if the record fails.
 	a, to, next := r.outcome(eff, n, res)
@@ -160,7 +160,7 @@ func (r *Runner) record(slot *Slot, key string, eff Effect, n int, res effect.Re
 	if err != nil {
 		// The outcome is real: if this process gets the partition back,
 		// its next Runner records it rather than calling again.
-		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: n, Result: res})
+		slot.HandOver(orphan{Scope: r.cfg.Scope, N: n, Result: res})
 		if r.cfg.Report != nil {
 			r.cfg.Report(key, n, a, to, next)
 		}
@@ -188,7 +188,7 @@ func (r *Runner) record(slot *Slot, key string, eff Effect, n int, res effect.Re
 // the attempt it handed over withdrawn), if the ledger still waits for it
 // (the entry is in-flight or unknown at the orphan's attempt), and reports
 // whether it did. A stale orphan is dropped.
-func (r *Runner) settle(key string, o Orphan) (bool, error) {
+func (r *Runner) settle(key string, o orphan) (bool, error) {
 	var (
 		done  effect.Entry
 		stale error
@@ -265,7 +265,7 @@ func (r *Runner) outcome(eff Effect, n int, res effect.Result) (a effect.Attempt
 	}
 }
 
-// Backoff limits. The delay before retry n (n ≥ 1) is uniform in
+// Backoff limits (backoff). The delay before retry n (n ≥ 1) is uniform in
 // [0, min(BackoffCap, BackoffBase·2^(n-1))]: "full jitter", so that keys
 // failing together against one receiver do not retry together.
 const (
@@ -273,10 +273,10 @@ const (
 	BackoffCap  = 30 * time.Second
 )
 
-// Backoff returns the delay before retry number attempt (1 = the first
+// backoff returns the delay before retry number attempt (1 = the first
 // retry). rng nil uses the global source; a *rand.Rand is not safe for
 // concurrent use, so callers sharing one must serialise.
-func Backoff(attempt int, rng *rand.Rand) time.Duration {
+func backoff(attempt int, rng *rand.Rand) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}

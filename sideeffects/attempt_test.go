@@ -15,21 +15,21 @@ func TestBackoff(t *testing.T) {
 		}
 		var maxSeen time.Duration
 		for range 200 {
-			d := Backoff(n, rng)
+			d := backoff(n, rng)
 			if d < 0 || d > ceil {
-				t.Fatalf("Backoff(%d) = %v outside [0, %v]", n, d, ceil)
+				t.Fatalf("backoff(%d) = %v outside [0, %v]", n, d, ceil)
 			}
 			maxSeen = max(maxSeen, d)
 		}
 		// Full jitter spreads over the whole range.
 		if maxSeen < ceil/2 {
-			t.Fatalf("Backoff(%d): max of 200 draws %v, ceiling %v", n, maxSeen, ceil)
+			t.Fatalf("backoff(%d): max of 200 draws %v, ceiling %v", n, maxSeen, ceil)
 		}
 	}
-	if d := Backoff(0, nil); d < 0 || d > BackoffBase {
-		t.Fatalf("Backoff(0) = %v", d)
+	if d := backoff(0, nil); d < 0 || d > BackoffBase {
+		t.Fatalf("backoff(0) = %v", d)
 	}
-	if d := Backoff(1000, nil); d < 0 || d > BackoffCap {
-		t.Fatalf("Backoff(1000) = %v", d)
+	if d := backoff(1000, nil); d < 0 || d > BackoffCap {
+		t.Fatalf("backoff(1000) = %v", d)
 	}
 }

@@ -8,16 +8,16 @@ import (
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
-// OrphanTTL is how long a handed-over outcome waits for the key's next
+// orphanTTL is how long a handed-over outcome waits for the key's next
 // Runner in this process. A partition given back to this process gets its
 // Runner within a rebalance, seconds; one that went to another instance never
 // comes for the outcome here (that instance retries the key after the
 // attempt's deadline, and the receiver answers from its idempotency record),
 // so the outcome is dropped rather than kept for the life of the process.
-const OrphanTTL = 10 * time.Minute
+const orphanTTL = 10 * time.Minute
 
-// Calls is the registry of effect calls in flight in one process, shared
-// by every Runner of a Worker (a Runner without one gets its own).
+// callRegistry is the registry of effect calls in flight in one process,
+// shared by every Runner of a Worker (a Runner without one gets its own).
 //
 // It exists for a partition revoked and assigned again in the same process:
 // the new Runner recovers the key as unknown while the old Runner's call is
@@ -32,26 +32,26 @@ const OrphanTTL = 10 * time.Minute
 //     in-flight mark until it has recorded the outcome or handed it over, so
 //     this process never has two calls in flight for one key; a Runner that
 //     finds the slot held waits.
-//   - outcome-survives-revoke: a handed-over outcome (Orphan) is taken once,
-//     by the next holder of the key for the same ledger (Orphan.Scope), which
+//   - outcome-survives-revoke: a handed-over outcome (orphan) is taken once,
+//     by the next holder of the key for the same ledger (orphan.Scope), which
 //     records it with Ledger.Settle instead of calling again, or hands it back
 //     if it cannot record it either. So a 2xx that happened is recorded as a
 //     success, and this process does not call the key again.
-//   - Bounded memory (local to Calls): memory is bounded by the calls in
-//     flight plus the outcomes handed over in the last OrphanTTL: an orphan
+//   - Bounded memory (local to callRegistry): memory is bounded by the calls in
+//     flight plus the outcomes handed over in the last orphanTTL: an orphan
 //     is dropped once taken, and one nobody takes expires.
-type Calls struct {
+type callRegistry struct {
 	now func() time.Time // for expiry; a test may replace it
 
 	mu    sync.Mutex
 	held  map[string]chan struct{} // by key; closed when the slot is freed
-	left  map[string]Orphan        // by key
+	left  map[string]orphan        // by key
 	swept time.Time
 }
 
-// Orphan is the outcome of a call whose Runner could not record it, or an
+// orphan is the outcome of a call whose Runner could not record it, or an
 // attempt it withdrew (never called) and could not record withdrawn.
-type Orphan struct {
+type orphan struct {
 	// Scope names the ledger of the attempt (RunnerConfig.Scope).
 	Scope string
 	// N is the attempt's number in that ledger entry.
@@ -65,29 +65,29 @@ type Orphan struct {
 	at        time.Time // when handed over
 }
 
-// NewCalls returns an empty registry.
-func NewCalls() *Calls {
-	return &Calls{now: time.Now, held: map[string]chan struct{}{}, left: map[string]Orphan{}}
+// newCallRegistry returns an empty registry.
+func newCallRegistry() *callRegistry {
+	return &callRegistry{now: time.Now, held: map[string]chan struct{}{}, left: map[string]orphan{}}
 }
 
-// Slot is the right to call one key, held from Acquire until Release or
+// callSlot is the right to call one key, held from Acquire until Release or
 // HandOver.
-type Slot struct {
-	c     *Calls
+type callSlot struct {
+	c     *callRegistry
 	key   string
 	freed bool
 }
 
 // Acquire waits until no one in this process holds key, then holds it. It
 // returns ctx's error if ctx is done first.
-func (c *Calls) Acquire(ctx context.Context, key string) (*Slot, error) {
+func (c *callRegistry) Acquire(ctx context.Context, key string) (*callSlot, error) {
 	for {
 		c.mu.Lock()
 		freed, busy := c.held[key]
 		if !busy {
 			c.held[key] = make(chan struct{})
 			c.mu.Unlock()
-			return &Slot{c: c, key: key}, nil
+			return &callSlot{c: c, key: key}, nil
 		}
 		c.mu.Unlock()
 		select {
@@ -100,32 +100,32 @@ func (c *Calls) Acquire(ctx context.Context, key string) (*Slot, error) {
 
 // Take removes and returns the outcome handed over for the slot's key in
 // scope, if one is there. An orphan of another scope stays for its own.
-func (s *Slot) Take(scope string) (Orphan, bool) {
+func (s *callSlot) Take(scope string) (orphan, bool) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sweep()
 	o, ok := c.left[s.key]
 	if !ok || o.Scope != scope {
-		return Orphan{}, false
+		return orphan{}, false
 	}
 	delete(c.left, s.key)
-	if c.now().Sub(o.at) >= OrphanTTL { // expired, not yet swept
-		return Orphan{}, false
+	if c.now().Sub(o.at) >= orphanTTL { // expired, not yet swept
+		return orphan{}, false
 	}
 	return o, true
 }
 
 // Release frees the slot. Releasing again does nothing, so a deferred
 // Release may follow a HandOver.
-func (s *Slot) Release() { s.free(nil) }
+func (s *callSlot) Release() { s.free(nil) }
 
 // HandOver frees the slot, leaving o for the key's next holder in o.Scope.
 // It replaces an earlier orphan of the key: that one is of an earlier
 // attempt, which Ledger.Settle would refuse anyway.
-func (s *Slot) HandOver(o Orphan) { s.free(&o) }
+func (s *callSlot) HandOver(o orphan) { s.free(&o) }
 
-func (s *Slot) free(o *Orphan) {
+func (s *callSlot) free(o *orphan) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,16 +142,16 @@ func (s *Slot) free(o *Orphan) {
 	delete(c.held, s.key)
 }
 
-// sweep drops expired orphans, at most once per tenth of OrphanTTL so that
+// sweep drops expired orphans, at most once per tenth of orphanTTL so that
 // a busy Runner does not walk the map on every key. c.mu is held.
-func (c *Calls) sweep() {
+func (c *callRegistry) sweep() {
 	now := c.now()
-	if len(c.left) == 0 || now.Sub(c.swept) < OrphanTTL/10 {
+	if len(c.left) == 0 || now.Sub(c.swept) < orphanTTL/10 {
 		return
 	}
 	c.swept = now
 	for k, o := range c.left {
-		if now.Sub(o.at) >= OrphanTTL {
+		if now.Sub(o.at) >= orphanTTL {
 			delete(c.left, k)
 		}
 	}

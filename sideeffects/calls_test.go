@@ -14,7 +14,7 @@ import (
 )
 
 func TestCallsOneHolderPerKey(t *testing.T) {
-	c := NewCalls()
+	c := newCallRegistry()
 	ctx := context.Background()
 	a, err := c.Acquire(ctx, "k")
 	if err != nil {
@@ -28,7 +28,7 @@ func TestCallsOneHolderPerKey(t *testing.T) {
 	other.Release()
 
 	// A second holder of k waits for the first.
-	got := make(chan *Slot)
+	got := make(chan *callSlot)
 	go func() {
 		s, err := c.Acquire(ctx, "k")
 		if err != nil {
@@ -60,13 +60,13 @@ func TestCallsOneHolderPerKey(t *testing.T) {
 }
 
 func TestCallsHandOver(t *testing.T) {
-	c := NewCalls()
+	c := newCallRegistry()
 	now := t0
 	c.now = func() time.Time { return now }
 	ctx := context.Background()
 
 	s, _ := c.Acquire(ctx, "k")
-	s.HandOver(Orphan{Scope: "p0", N: 3, Result: effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 201}})
+	s.HandOver(orphan{Scope: "p0", N: 3, Result: effect.Result{Outcome: effect.OutcomeSucceeded, StatusCode: 201}})
 	s.Release() // after HandOver: a no-op
 
 	s, _ = c.Acquire(ctx, "k")
@@ -84,10 +84,10 @@ func TestCallsHandOver(t *testing.T) {
 
 	// Nobody comes for it: it expires.
 	s, _ = c.Acquire(ctx, "k")
-	s.HandOver(Orphan{Scope: "p0", N: 4})
+	s.HandOver(orphan{Scope: "p0", N: 4})
 	s, _ = c.Acquire(ctx, "k2")
-	s.HandOver(Orphan{Scope: "p0", N: 1})
-	now = now.Add(OrphanTTL)
+	s.HandOver(orphan{Scope: "p0", N: 1})
+	now = now.Add(orphanTTL)
 	s, _ = c.Acquire(ctx, "k")
 	if _, ok := s.Take("p0"); ok {
 		t.Fatal("an expired orphan was taken")
@@ -115,16 +115,16 @@ func (s *revocableStore) Update(fn func(*effect.Ledger) error) error {
 // TestOneCallPerKeyAcrossRunners is the quick revoke and re-assign in one
 // process: the partition's Runner is revoked while its call is in flight
 // (its context cancelled, its store refusing updates), and the partition's
-// next Runner, over the same ledger and sharing the worker's Calls, recovers
-// the key as unknown under onUnknown: retry. The receiver answers 409 to a
+// next Runner, over the same ledger and sharing the worker's callRegistry,
+// recovers the key as unknown under onUnknown: retry. The receiver answers 409 to a
 // concurrent duplicate. It must never see two requests for the key at once;
 // the key must be called once, and recorded as succeeded, not failed.
 //
 // "overrun": the call outlives its deadline (an executor that does not honour
 // the context; a clock), so the new Runner finds the key due while the old
-// call is still running, and only Calls stops a second call. "in time": the
-// deadline rule already keeps the calls apart, and Calls hands the old call's
-// success over instead of a second call.
+// call is still running, and only the callRegistry stops a second call. "in
+// time": the deadline rule already keeps the calls apart, and the
+// callRegistry hands the old call's success over instead of a second call.
 func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -139,7 +139,7 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 			t.Parallel()
 			rc := sideeffectstest.NewIdemReceiver(t, func() time.Duration { return tc.delay })
 			mem := sideeffectstest.NewMemStore()
-			calls := NewCalls()
+			calls := newCallRegistry()
 			newRunner := func(s Store) *Runner {
 				wh := &webhook.Client{URL: rc.URL, Timeout: longTimeout}
 				var ex Caller = wh
@@ -151,7 +151,7 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 				r, err := NewRunner(RunnerConfig{
 					Store:   s,
 					Effects: map[string]Effect{"fx": {Caller: ex, Timeout: tc.timeout, OnUnknown: config.OnUnknownRetry}},
-					Backoff: quickBackoff, Calls: calls, Scope: "p0",
+					Backoff: quickBackoff, calls: calls, Scope: "p0",
 					// Short, so that in "overrun" the old call outlives
 					// the attempt's recorded deadline.
 					StartAllowance: 50 * time.Millisecond,
@@ -198,7 +198,7 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 			held, left := len(calls.held), len(calls.left)
 			calls.mu.Unlock()
 			if held != 0 || left != 0 {
-				t.Errorf("Calls keeps %d slots and %d orphans after the key settled", held, left)
+				t.Errorf("the callRegistry keeps %d slots and %d orphans after the key settled", held, left)
 			}
 		})
 	}

@@ -3,7 +3,7 @@
 // idempotency key. Worker is the loop over the effects topic, exactly-once
 // with the ledger's changelog; it runs one Runner per owned partition, which
 // drives that partition's pending keys to an outcome through each effect's
-// Caller; Calls is the registry of the calls in flight in the process.
+// Caller; callRegistry is the registry of the calls in flight in the process.
 //
 // The other layers live in their own packages: the pure domain (intents,
 // rules, the keyed ledger, statuses) in sideeffects/effect, the webhook
@@ -64,8 +64,8 @@
 //     of the loop's state.Txn, so none of its writes outlives an aborted
 //     Kafka transaction, and all of them reach the changelog.
 //   - one-call-in-flight-per-key: one call per key at a time in a process. A
-//     Runner holds the key's slot in Calls, shared by a Worker's Runners,
-//     from before it commits the in-flight mark until it has recorded the
+//     Runner holds the key's slot in the callRegistry, shared by a Worker's
+//     Runners, from before it commits the in-flight mark until it has recorded the
 //     outcome; a Runner whose partition was revoked while its call ran hands
 //     the outcome over there, and the partition's next Runner in the process
 //     records it (Ledger.Settle) instead of calling again.

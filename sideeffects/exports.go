@@ -7,9 +7,9 @@ import (
 
 // The types a user of the package needs that are implemented in internal
 // packages, re-exported here so that another module can run a worker (in
-// the style of pebble's internal.go). The configuration's own types are
-// re-exported by the packages that own them: effect.Rule, effect.Condition,
-// webhook.Config.
+// the style of pebble's internal.go). The side-effect domain's types
+// (effect.Rule, effect.Condition, webhook.Config) are plain Go declared by
+// the packages that own them.
 
 // StateStore is the worker's local state (WorkerConfig.Store): the Pebble
 // database of the owned partitions' ledgers.

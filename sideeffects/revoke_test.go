@@ -67,8 +67,8 @@ func (h *logTally) count(prefix string) int {
 // duplicate that arrives while the first request is open.
 //
 // It must never see two requests for one key at once (the deadline rule
-// across instances, Calls within one); every key must end succeeded in the
-// ledger, with exactly one applying 2xx (201); no key may be recorded
+// across instances, the callRegistry within one); every key must end
+// succeeded in the ledger, with exactly one applying 2xx (201); no key may be recorded
 // failed; and no instance may call a key twice (a partition given back to
 // w1 records the outcome of the call its revoked Runner made). A revoke
 // counts as "during a call" when the partition's next owner recovers an

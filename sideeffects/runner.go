@@ -18,8 +18,8 @@ import (
 // Order per attempt, which is what makes in-flight-before-call hold
 // (docs/design.md#in-flight-before-call):
 //
-//  0. Hold the key's slot in Calls, waiting while another Runner of this
-//     process still has a call for it; if that Runner handed its outcome
+//  0. Hold the key's slot in the callRegistry, waiting while another Runner
+//     of this process still has a call for it; if that Runner handed its outcome
 //     over, record it (Ledger.Settle) and stop here.
 //  1. Update: re-read the entry; if it is due, start it (→ in-flight), with
 //     its deadline recorded: its start plus the start allowance (for this
@@ -30,7 +30,8 @@ import (
 //     not counted; withdraw.go) and stop here.
 //  3. Update: record the outcome (succeeded, failed, pending for a retry,
 //     unknown). Commit. If that fails (the partition was revoked), hand the
-//     outcome over through Calls to the key's next Runner in this process.
+//     outcome over through the callRegistry to the key's next Runner in this
+//     process.
 //  4. Free the slot.
 //
 // A crash between 1 and 3 leaves the entry in-flight; the next Run begins
@@ -38,7 +39,8 @@ import (
 // retried no sooner than its last attempt's deadline (the later of the
 // recorded one and what the configuration gives now) plus DeadlineMargin, so
 // that a call another instance may still be making has ended first; within
-// one process, Calls keeps Runners from overlapping whatever the clock says.
+// one process, the callRegistry keeps Runners from overlapping whatever the
+// clock says.
 //
 // Store errors are fatal to Run: without the store the Runner can neither
 // guarantee in-flight-before-call nor record outcomes, and the restart's

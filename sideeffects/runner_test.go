@@ -493,12 +493,6 @@ func TestRunnerConfig(t *testing.T) {
 			t.Errorf("NewRunner(%+v) accepted", c)
 		}
 	}
-	effects := EffectsFromConfig([]config.SideEffect{{Name: "a", Webhook: config.Webhook{URL: "http://h/x", Timeout: config.Duration(time.Second)},
-		MaxAttempts: 3, OnUnknown: config.OnUnknownPark}})
-	if e := effects["a"]; e.MaxAttempts != 3 || e.OnUnknown != config.OnUnknownPark || e.Caller.(*webhook.Client).Timeout != time.Second ||
-		e.Timeout != time.Second {
-		t.Fatalf("EffectsFromConfig: %+v", e)
-	}
 	r, _ := NewRunner(RunnerConfig{Store: sideeffectstest.NewMemStore()})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -770,7 +764,7 @@ func TestWithdrawalHandedOver(t *testing.T) {
 	const timeout, allowance = time.Second, 100 * time.Millisecond
 	rc := newReceiver(t, nil)
 	mem := sideeffectstest.NewMemStore()
-	calls := NewCalls()
+	calls := newCallRegistry()
 	slowing := make(chan struct{})
 	var first sync.Once
 	old := &revocableStore{MemStore: mem}
@@ -780,7 +774,7 @@ func TestWithdrawalHandedOver(t *testing.T) {
 	}}
 	var reported atomic.Int32
 	newRunner := func(s Store) *Runner {
-		r, err := NewRunner(RunnerConfig{Store: s, Backoff: quickBackoff, StartAllowance: allowance, Calls: calls, Scope: "p0",
+		r, err := NewRunner(RunnerConfig{Store: s, Backoff: quickBackoff, StartAllowance: allowance, calls: calls, Scope: "p0",
 			ReportWithdrawal: func(key string, n int, start, next time.Time) {
 				if key == "k" && n == 1 && !start.IsZero() {
 					reported.Add(1)

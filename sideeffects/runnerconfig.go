@@ -36,7 +36,9 @@ type Caller interface {
 	Call(ctx context.Context, in effect.Intent, body []byte) effect.Result
 }
 
-// Effect is how the Runner executes one configured effect.
+// Effect is how the Runner executes one configured effect. An effect called
+// through its webhook is Effect{Caller: webhook.New(c)} with the retry
+// policy wanted (internal/app/wiring builds the configuration file's so).
 type Effect struct {
 	Caller Caller
 	// MaxAttempts bounds the calls per key; default effect.DefaultMaxAttempts.
@@ -62,17 +64,6 @@ type Effect struct {
 // and a call's own scheduling lag, with room to spare.
 const DeadlineMargin = time.Second
 
-// EffectsFromConfig builds the Runner's effects from the configuration, each
-// called through its webhook (webhook.Client).
-func EffectsFromConfig(ses []effect.Rule) map[string]Effect {
-	m := make(map[string]Effect, len(ses))
-	for _, s := range ses {
-		m[s.Name] = Effect{Caller: webhook.New(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,
-			Timeout: time.Duration(s.Webhook.Timeout)}
-	}
-	return m
-}
-
 // DefaultWorkers is the default number of concurrent calls of a Runner.
 const DefaultWorkers = 4
 
@@ -82,7 +73,7 @@ type RunnerConfig struct {
 	Effects map[string]Effect // by effect name; entries of other effects are left alone
 	// Workers bounds concurrent calls; default DefaultWorkers.
 	Workers int
-	// Backoff is the delay before retry n (n ≥ 1); default Backoff with a
+	// Backoff is the delay before retry n (n ≥ 1); default backoff with a
 	// private random source.
 	Backoff func(n int) time.Duration
 	// Now is the clock; default time.Now.
@@ -92,12 +83,12 @@ type RunnerConfig struct {
 	OnChange func(effect.Entry)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
-	// Calls is the registry of calls in flight in this process, shared by
+	// calls is the registry of calls in flight in this process, shared by
 	// the Runners that may execute the same keys: a Worker's Runners, and
 	// above all the successive Runners of one partition. Nil gives the
 	// Runner its own.
-	Calls *Calls
-	// Scope names the Runner's ledger among those sharing Calls (the
+	calls *callRegistry
+	// Scope names the Runner's ledger among those sharing calls (the
 	// worker's: the partition's task prefix), so that a handed-over outcome
 	// is recorded only in the ledger its attempt belongs to.
 	Scope string
@@ -164,8 +155,8 @@ func (c *RunnerConfig) applyDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Calls == nil {
-		c.Calls = NewCalls()
+	if c.calls == nil {
+		c.calls = newCallRegistry()
 	}
 	if c.Backoff == nil {
 		var mu sync.Mutex
@@ -173,7 +164,7 @@ func (c *RunnerConfig) applyDefaults() {
 		c.Backoff = func(n int) time.Duration {
 			mu.Lock()
 			defer mu.Unlock()
-			return Backoff(n, rng)
+			return backoff(n, rng)
 		}
 	}
 	effects := make(map[string]Effect, len(c.Effects))

@@ -54,7 +54,7 @@ func (r *Runner) called(key string) {
 // handed over in this process and reported to the partition's next owner
 // like an outcome, so that the attempt is withdrawn there too, rather than
 // waited for and retried (or parked) as an unknown outcome.
-func (r *Runner) withdraw(slot *Slot, e effect.Entry, why string) error {
+func (r *Runner) withdraw(slot *callSlot, e effect.Entry, why string) error {
 	a := e.History[len(e.History)-1]
 	r.mu.Lock()
 	r.withdrawn[e.Key]++
@@ -68,7 +68,7 @@ func (r *Runner) withdraw(slot *Slot, e effect.Entry, why string) error {
 		return err
 	})
 	if err != nil {
-		slot.HandOver(Orphan{Scope: r.cfg.Scope, N: a.N, Start: a.Start, Withdrawn: true})
+		slot.HandOver(orphan{Scope: r.cfg.Scope, N: a.N, Start: a.Start, Withdrawn: true})
 		if r.cfg.ReportWithdrawal != nil {
 			r.cfg.ReportWithdrawal(e.Key, a.N, a.Start, next)
 		}

@@ -80,7 +80,7 @@ type Worker struct {
 	stats     *WorkerStats
 	// calls is shared by all the worker's Runners: a partition's new Runner
 	// must see the calls its revoked predecessor still has in flight.
-	calls *Calls
+	calls *callRegistry
 	// reporter produces outcome reports (report) outside the loop's
 	// transactions; it lives while Run does.
 	reportMu sync.Mutex
@@ -97,7 +97,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	cfg.DefaultTimeouts()
 	w := &Worker{cfg: cfg, stats: &WorkerStats{LoopStats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
-	w.calls = NewCalls()
+	w.calls = newCallRegistry()
 	lc := cfg.LoopConfig(cfg.Group())
 	// The effects topic is projector's own: whoever starts first creates it.
 	lc.CreateInputs = true

@@ -19,7 +19,7 @@ func Intent(t testing.TB, key, name, proj string) effect.Intent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := effect.ParseIntent(effect.IntentValue(projection.Intent{Effect: name, Key: key}, proj, ev, 1, []byte(raw)))
+	in, err := effect.ParseIntent(effect.IntentValue(projection.Intent{Effect: name, Key: key}, proj, (*projection.Event)(ev), 1, []byte(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,10 +174,8 @@ func derive(cfg *config.Config) (d derived, err error) {
 	if d.policy, err = projection.ParsePolicy(cfg.Gaps.OnTimeout); err != nil {
 		return d, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
-	if len(cfg.SideEffects) > 0 {
-		if d.rules, err = effect.NewRules(cfg.SideEffects); err != nil {
-			return d, &config.Error{Key: "sideEffects", Msg: err.Error()}
-		}
+	if d.rules, err = EffectRules(cfg); err != nil {
+		return d, err
 	}
 	return d, checkIngress(cfg)
 }
@@ -377,7 +375,7 @@ func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error 
 		Session: a.session(cfg, copts, a.ExecutorStore, a.Logger.With("component", "executor"), o.ExecutorHooks),
 
 		EffectsTopic: cfg.Kafka.EffectsTopic,
-		Effects:      sideeffects.EffectsFromConfig(cfg.SideEffects),
+		Effects:      effects(SideEffects(cfg.SideEffects)),
 	})
 	return err
 }

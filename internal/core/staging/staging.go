@@ -14,7 +14,7 @@ import (
 // KV is what an Overlay reads through and flushes into: a state.Txn, another
 // Overlay, an in-memory map. Scan calls fn in key order; the slices are valid
 // only during the call. A KV whose Overlays stage deletions must also have a
-// Delete(key) method (projection.KV does).
+// Delete(key) method (the version guard's KV, internal/engine/guard, does).
 type KV interface {
 	Get(key []byte) ([]byte, bool, error)
 	Set(key, val []byte)

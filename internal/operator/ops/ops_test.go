@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -44,7 +45,7 @@ func TestMissing(t *testing.T) {
 	}
 }
 
-// memKV is a projection.KV that records every write as a changelog record
+// memKV is a guard.KV that records every write as a changelog record
 // (the state key without a task prefix, kind byte first).
 type memKV struct {
 	m    map[string][]byte
@@ -76,14 +77,14 @@ func (k *memKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
 	return nil
 }
 
-func event(t *testing.T, id, agg string, v int) (*projection.Event, projection.Source) {
+func event(t *testing.T, id, agg string, v int) (*envelope.Event, guard.Source) {
 	t.Helper()
 	val := fmt.Appendf(nil, `{"eventId":%q,"eventType":"Set","aggregateId":%q,"aggregateVersion":%d,"payload":{"v":%d}}`, id, agg, v, v)
 	ev, err := envelope.Decode(val, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ev, projection.Source{Offset: int64(v), Key: []byte(agg), Value: val}
+	return ev, guard.Source{Offset: int64(v), Key: []byte(agg), Value: val}
 }
 
 // TestReadLastCommittedValue writes guard state to a changelog the way the
@@ -96,7 +97,7 @@ func TestReadLastCommittedValue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tgt := Target{Brokers: brokers, Group: "g", Inputs: []string{"in"}}
-	g := &projection.Guard{P: &projection.Projection{Name: "p", Topic: "p.v1", Versioned: true,
+	g := &guard.Guard{P: &projection.Projection{Name: "p", Topic: "p.v1", Versioned: true,
 		Handler: projection.Rules{"Set": projection.Merge}}}
 	kv := &memKV{m: map[string][]byte{}}
 	at := time.UnixMilli(1_800_000_000_000)

@@ -26,8 +26,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/processor"
-	"github.com/projector-dev/projector/projection"
 )
 
 // ErrNoChangelog reports that no changelog topic of the processor exists.
@@ -139,7 +139,7 @@ func (s *State) HeldCount(projection, aggregate string) int {
 }
 
 // heldOf describes a held event from its stored form.
-func heldOf(v int64, at time.Time, src projection.Source) *Held {
+func heldOf(v int64, at time.Time, src guard.Source) *Held {
 	h := &Held{Version: v, Since: at, Offset: src.Offset}
 	var env struct {
 		EventID   string `json:"eventId"`
@@ -204,9 +204,9 @@ func (b *stateBuilder) add(r *kgo.Record) error {
 		return nil
 	}
 	switch r.Key[0] {
-	case projection.KindAggregate:
+	case guard.KindAggregate:
 		return b.addAggregate(r)
-	case projection.KindHeld:
+	case guard.KindHeld:
 		return b.addHeld(r)
 	}
 	return nil
@@ -215,7 +215,7 @@ func (b *stateBuilder) add(r *kgo.Record) error {
 // addAggregate takes an aggregate record: its version, deletion, state and
 // the held event it carries inline.
 func (b *stateBuilder) addAggregate(r *kgo.Record) error {
-	proj, agg, err := projection.ParseAggregateKey(r.Key)
+	proj, agg, err := guard.ParseAggregateKey(r.Key)
 	if err != nil || !b.q.selects(proj, agg) {
 		return nil
 	}
@@ -225,7 +225,7 @@ func (b *stateBuilder) addAggregate(r *kgo.Record) error {
 		*a = Aggregate{Projection: a.Projection, Aggregate: a.Aggregate, Input: a.Input, Partition: a.Partition}
 		return nil
 	}
-	snap, err := projection.DecodeSnapshot(r.Value)
+	snap, err := guard.DecodeSnapshot(r.Value)
 	if err != nil {
 		return fmt.Errorf("ops: %s/%d offset %d: aggregate %q of %s: %w", r.Topic, r.Partition, r.Offset, agg, proj, err)
 	}
@@ -243,7 +243,7 @@ func (b *stateBuilder) addAggregate(r *kgo.Record) error {
 
 // addHeld takes a held-event record (nil value: the event left the guard).
 func (b *stateBuilder) addHeld(r *kgo.Record) error {
-	proj, agg, v, err := projection.ParseHeldKey(r.Key)
+	proj, agg, v, err := guard.ParseHeldKey(r.Key)
 	if err != nil || !b.q.selects(proj, agg) {
 		return nil
 	}
@@ -252,7 +252,7 @@ func (b *stateBuilder) addHeld(r *kgo.Record) error {
 		delete(b.held[k], v)
 		return nil
 	}
-	at, src, err := projection.DecodeHeld(r.Value)
+	at, src, err := guard.DecodeHeld(r.Value)
 	if err != nil {
 		return fmt.Errorf("ops: %s/%d offset %d: held event v%d of %q in %s: %w", r.Topic, r.Partition, r.Offset, v, agg, proj, err)
 	}

@@ -1,4 +1,4 @@
-package projection
+package jsonmerge
 
 import (
 	"encoding/json"
@@ -111,7 +111,7 @@ func sameAsReference(t *testing.T, doc, patch []byte) {
 	}
 	// Through the append form, after other bytes.
 	pre := []byte("prefix")
-	out, err := appendMergePatch(pre, doc, patch)
+	out, err := AppendMergePatch(pre, doc, patch)
 	if wantErr == nil && (err != nil || string(out) != "prefix"+string(want)) {
 		t.Fatalf("append merge %q + %q = %q (%v), want prefix%s", doc, patch, out, err, want)
 	}
@@ -226,7 +226,7 @@ func TestMergePatchAllocs(t *testing.T) {
 	}
 	buf := make([]byte, 0, 512)
 	if n := testing.AllocsPerRun(100, func() {
-		if _, err := appendMergePatch(buf[:0], doc, patch); err != nil {
+		if _, err := AppendMergePatch(buf[:0], doc, patch); err != nil {
 			t.Fatal(err)
 		}
 	}); n > 0 {

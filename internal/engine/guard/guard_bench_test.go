@@ -1,4 +1,4 @@
-package projection_test
+package guard_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -43,7 +44,7 @@ func openBenchStore(b *testing.B) *state.Store {
 func BenchmarkGuardOffer(b *testing.B) {
 	const aggregates = 10_000
 	st := openBenchStore(b)
-	g := &projection.Guard{P: &projection.Projection{Name: "case-overview", Topic: "case-overview.v1", Handler: benchRules(), Versioned: true}, MaxHeld: 10000}
+	g := &guard.Guard{P: &projection.Projection{Name: "case-overview", Topic: "case-overview.v1", Handler: benchRules(), Versioned: true}, MaxHeld: 10000}
 	prefix := state.Task{Topic: "case-events", Partition: 0}.Prefix()
 	evs := make([]envelope.Event, aggregates)
 	vals := make([][]byte, aggregates)
@@ -60,11 +61,11 @@ func BenchmarkGuardOffer(b *testing.B) {
 	for b.Loop() {
 		ev := &evs[n%aggregates]
 		ev.AggregateVersion++
-		step, err := g.Offer(txn, prefix, ev, projection.Source{Offset: int64(n), Value: vals[n%aggregates]}, benchNow)
+		step, err := g.Offer(txn, prefix, ev, guard.Source{Offset: int64(n), Value: vals[n%aggregates]}, benchNow)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if step.Outcome != projection.Applied || len(step.Changes) != 1 {
+		if step.Outcome != guard.Applied || len(step.Changes) != 1 {
 			b.Fatalf("outcome %v with %d changes, want applied", step.Outcome, len(step.Changes))
 		}
 		if n++; n%5000 == 0 {

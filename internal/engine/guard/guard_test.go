@@ -1,4 +1,4 @@
-package projection_test
+package guard_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -28,18 +29,18 @@ func newTxn(t *testing.T) *state.Txn {
 
 var prefix = state.Task{Topic: "in", Partition: 0}.Prefix()
 
-func event(t *testing.T, typ string, v int64, payload string) (*envelope.Event, projection.Source) {
+func event(t *testing.T, typ string, v int64, payload string) (*envelope.Event, guard.Source) {
 	t.Helper()
 	raw := fmt.Sprintf(`{"eventId":"e%d-%s","eventType":%q,"aggregateId":"A","aggregateVersion":%d,"payload":%s}`, v, typ, typ, v, payload)
 	ev, err := envelope.Decode([]byte(raw), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ev, projection.Source{Offset: v, Value: []byte(raw)}
+	return ev, guard.Source{Offset: v, Value: []byte(raw)}
 }
 
-func guard(versioned bool, maxHeld int64) *projection.Guard {
-	return &projection.Guard{P: &projection.Projection{Name: "p", Topic: "p.v1", Versioned: versioned,
+func newGuard(versioned bool, maxHeld int64) *guard.Guard {
+	return &guard.Guard{P: &projection.Projection{Name: "p", Topic: "p.v1", Versioned: versioned,
 		Handler: projection.Rules{"Set": projection.Merge, "Del": projection.Delete}}, MaxHeld: maxHeld}
 }
 
@@ -47,7 +48,7 @@ type offer struct {
 	typ     string
 	version int64
 	payload string
-	want    projection.Outcome
+	want    guard.Outcome
 	applied []int64 // versions applied by this offer, in order
 }
 
@@ -62,41 +63,41 @@ func TestGuardOutcomes(t *testing.T) {
 		state  string
 	}{
 		{"in order", []offer{
-			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
-			{"Set", 2, `{"b":2}`, projection.Applied, []int64{2}},
+			{"Set", 1, `{"a":1}`, guard.Applied, []int64{1}},
+			{"Set", 2, `{"b":2}`, guard.Applied, []int64{2}},
 		}, 2, `{"a":1,"b":2}`},
 		{"stale", []offer{
-			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
-			{"Set", 1, `{"a":9}`, projection.Stale, nil},
+			{"Set", 1, `{"a":1}`, guard.Applied, []int64{1}},
+			{"Set", 1, `{"a":9}`, guard.Stale, nil},
 		}, 1, `{"a":1}`},
 		{"gap then drain in order", []offer{
-			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
-			{"Set", 4, `{"d":4}`, projection.Held, nil},
-			{"Set", 3, `{"c":3}`, projection.Held, nil},
-			{"Set", 2, `{"b":2}`, projection.Applied, []int64{2, 3, 4}},
+			{"Set", 1, `{"a":1}`, guard.Applied, []int64{1}},
+			{"Set", 4, `{"d":4}`, guard.Held, nil},
+			{"Set", 3, `{"c":3}`, guard.Held, nil},
+			{"Set", 2, `{"b":2}`, guard.Applied, []int64{2, 3, 4}},
 		}, 4, `{"a":1,"b":2,"c":3,"d":4}`},
 		{"competing event for a held version is stale", []offer{
-			{"Set", 3, `{"c":3}`, projection.Held, nil},
-			{"Set", 3, `{"c":"other"}`, projection.Stale, nil},
+			{"Set", 3, `{"c":3}`, guard.Held, nil},
+			{"Set", 3, `{"c":"other"}`, guard.Stale, nil},
 		}, 0, ``},
 		{"held limit overflows", []offer{
-			{"Set", 3, `{}`, projection.Held, nil},
-			{"Set", 4, `{}`, projection.Held, nil},
-			{"Set", 5, `{}`, projection.Overflow, nil},
+			{"Set", 3, `{}`, guard.Held, nil},
+			{"Set", 4, `{}`, guard.Held, nil},
+			{"Set", 5, `{}`, guard.Overflow, nil},
 		}, 0, ``},
 		{"delete then merge starts from empty", []offer{
-			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
-			{"Del", 2, `null`, projection.Applied, []int64{2}},
-			{"Set", 3, `{"z":3}`, projection.Applied, []int64{3}},
+			{"Set", 1, `{"a":1}`, guard.Applied, []int64{1}},
+			{"Del", 2, `null`, guard.Applied, []int64{2}},
+			{"Set", 3, `{"z":3}`, guard.Applied, []int64{3}},
 		}, 3, `{"z":3}`},
 		{"unlisted type advances the version only", []offer{
-			{"Set", 1, `{"a":1}`, projection.Applied, []int64{1}},
-			{"Note", 2, `{"ignored":true}`, projection.Applied, []int64{2}},
+			{"Set", 1, `{"a":1}`, guard.Applied, []int64{1}},
+			{"Note", 2, `{"ignored":true}`, guard.Applied, []int64{2}},
 		}, 2, `{"a":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := newTxn(t)
-			g := guard(true, 2)
+			g := newGuard(true, 2)
 			for i, o := range tc.offers {
 				ev, src := event(t, o.typ, o.version, o.payload)
 				step, err := g.Offer(kv, prefix, ev, src, t0)
@@ -128,7 +129,7 @@ func TestGuardOutcomes(t *testing.T) {
 // TestGuardDeleteKeepsTombstoneUnderUnlistedTypes: an unlisted event after a
 // delete leaves the aggregate deleted (a tombstone again), version advanced.
 func TestGuardDeleteKeepsTombstoneUnderUnlistedTypes(t *testing.T) {
-	kv, g := newTxn(t), guard(true, 10)
+	kv, g := newTxn(t), newGuard(true, 10)
 	for _, o := range []offer{{"Set", 1, `{"a":1}`, 0, nil}, {"Del", 2, `null`, 0, nil}, {"Note", 3, `{}`, 0, nil}} {
 		ev, src := event(t, o.typ, o.version, o.payload)
 		step, err := g.Offer(kv, prefix, ev, src, t0)
@@ -146,7 +147,7 @@ func TestGuardDeleteKeepsTombstoneUnderUnlistedTypes(t *testing.T) {
 func TestGuardHandlerErrorDoesNotAdvance(t *testing.T) {
 	kv := newTxn(t)
 	boom := errors.New("boom")
-	g := &projection.Guard{P: &projection.Projection{Name: "p", Versioned: true,
+	g := &guard.Guard{P: &projection.Projection{Name: "p", Versioned: true,
 		Handler: projection.HandlerFunc(func(s []byte, ev *projection.Event) (projection.Result, error) {
 			if ev.AggregateVersion == 2 {
 				return projection.Result{}, boom
@@ -159,7 +160,7 @@ func TestGuardHandlerErrorDoesNotAdvance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v == 2 && (step.Outcome != projection.Failed || len(step.Failures) != 1 || !errors.Is(step.Failures[0].Err, boom)) {
+		if v == 2 && (step.Outcome != guard.Failed || len(step.Failures) != 1 || !errors.Is(step.Failures[0].Err, boom)) {
 			t.Fatalf("v2: %+v", step)
 		}
 	}
@@ -171,11 +172,11 @@ func TestGuardHandlerErrorDoesNotAdvance(t *testing.T) {
 
 // TestGuardUnversioned applies in arrival order and counts versions.
 func TestGuardUnversioned(t *testing.T) {
-	kv, g := newTxn(t), guard(false, 10)
+	kv, g := newTxn(t), newGuard(false, 10)
 	for i, v := range []int64{5, 2, 9} {
 		ev, src := event(t, "Set", v, fmt.Sprintf(`{"v":%d}`, v))
 		step, err := g.Offer(kv, prefix, ev, src, t0)
-		if err != nil || step.Outcome != projection.Applied || step.Changes[0].Version != int64(i+1) {
+		if err != nil || step.Outcome != guard.Applied || step.Changes[0].Version != int64(i+1) {
 			t.Fatalf("offer %d: %+v %v", i, step, err)
 		}
 	}
@@ -185,7 +186,7 @@ func TestGuardUnversioned(t *testing.T) {
 // gets a full hold timeout of its own (a regression: it inherited the
 // expired start time and was skipped at once).
 func TestGuardExpireSkipWaitsAgainForTheNextGap(t *testing.T) {
-	kv, g := newTxn(t), guard(true, 100)
+	kv, g := newTxn(t), newGuard(true, 100)
 	for _, v := range []int64{1, 5, 9} {
 		ev, src := event(t, "Set", v, `{}`)
 		if _, err := g.Offer(kv, prefix, ev, src, t0); err != nil {
@@ -219,7 +220,7 @@ func TestGuardExpireSkipWaitsAgainForTheNextGap(t *testing.T) {
 // leaves the versions after it held behind it; a stop at the first held
 // version applies nothing.
 func TestGuardExpireBeforeLeavesOutTheStop(t *testing.T) {
-	kv, g := newTxn(t), guard(true, 100)
+	kv, g := newTxn(t), newGuard(true, 100)
 	for _, v := range []int64{1, 3, 4, 5, 6} {
 		ev, src := event(t, "Set", v, `{}`)
 		if _, err := g.Offer(kv, prefix, ev, src, t0); err != nil {
@@ -250,14 +251,14 @@ func TestGuardExpireBeforeLeavesOutTheStop(t *testing.T) {
 	}
 	// Version 6 (left out) never comes back: version 7 applies in order.
 	ev, src := event(t, "Set", 7, `{}`)
-	if step, _ = g.Offer(kv, prefix, ev, src, t0); step.Outcome != projection.Held {
+	if step, _ = g.Offer(kv, prefix, ev, src, t0); step.Outcome != guard.Held {
 		t.Fatalf("v7 after a stop at 6: %v, want held behind the missing 6", step.Outcome)
 	}
 }
 
 // TestGuardExpireDeadLetter drops every held event with its source.
 func TestGuardExpireDeadLetter(t *testing.T) {
-	kv, g := newTxn(t), guard(true, 100)
+	kv, g := newTxn(t), newGuard(true, 100)
 	for _, v := range []int64{1, 3, 4} {
 		ev, src := event(t, "Set", v, `{}`)
 		if _, err := g.Offer(kv, prefix, ev, src, t0); err != nil {

@@ -1,4 +1,4 @@
-package projection
+package guard
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package projection
+package guard
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/harness/race"
+	"github.com/projector-dev/projector/projection"
 )
 
 // recKV is a KV over a map that keeps the values it is given (as a
@@ -51,12 +52,12 @@ func (k *recKV) Scan(prefix []byte, fn func(key, value []byte) error) error {
 }
 
 // stepString renders everything a step reports, byte for byte.
-func stepString(s Step, offered *Event) string {
+func stepString(s Step, offered *envelope.Event) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s held=%d since=%v changes=%v", s.Outcome, s.HeldCount, s.HeldSince, s.Changes == nil)
 	for _, c := range s.Changes {
 		fmt.Fprintf(&b, "\n  change offered=%v %+v %d %q %q v%d state=%q nil=%v del=%v fx=%v",
-			c.Event == offered, *c.Event, c.Source.Offset, c.Source.Key, c.Source.Value, c.Version, c.State, c.State == nil, c.Deleted, c.Effects)
+			c.Event == (*projection.Event)(offered), *c.Event, c.Source.Offset, c.Source.Key, c.Source.Value, c.Version, c.State, c.State == nil, c.Deleted, c.Effects)
 	}
 	for _, f := range s.Failures {
 		fmt.Fprintf(&b, "\n  failure %d %q %q: %v", f.Source.Offset, f.Source.Key, f.Source.Value, f.Err)
@@ -69,29 +70,29 @@ func stepString(s Step, offered *Event) string {
 
 // reusingHandler is a Go handler that writes every new state into the same
 // buffer (so the guard must copy it) and exercises every kind of result.
-func reusingHandler() Handler {
+func reusingHandler() projection.Handler {
 	var buf []byte
-	return HandlerFunc(func(state []byte, ev *Event) (Result, error) {
+	return projection.HandlerFunc(func(state []byte, ev *projection.Event) (projection.Result, error) {
 		switch ev.EventType {
 		case "Fail":
-			return Result{}, errors.New("handler says no")
+			return projection.Result{}, errors.New("handler says no")
 		case "Del":
-			return Result{Delete: true}, nil
+			return projection.Result{Delete: true}, nil
 		case "Note":
-			return Result{Keep: true, Effects: []Intent{{Effect: "mail", Key: ev.EventID}}}, nil
+			return projection.Result{Keep: true, Effects: []projection.Intent{{Effect: "mail", Key: ev.EventID}}}, nil
 		case "Echo":
-			return Result{State: state}, nil // the state it was given
+			return projection.Result{State: state}, nil // the state it was given
 		case "Empty":
-			return Result{State: []byte{}}, nil
+			return projection.Result{State: []byte{}}, nil
 		case "Nil":
-			return Result{}, nil
+			return projection.Result{}, nil
 		}
-		out, err := MergePatch(state, ev.Payload)
+		out, err := projection.MergePatch(state, ev.Payload)
 		if err != nil {
-			return Result{}, err
+			return projection.Result{}, err
 		}
 		buf = append(buf[:0], out...)
-		return Result{State: buf}, nil
+		return projection.Result{State: buf}, nil
 	})
 }
 
@@ -113,18 +114,18 @@ func TestGuardMatchesReference(t *testing.T) {
 		// Every combination of versioned or not and the merge rule or a
 		// handler of unknown code: three rounds in four versioned.
 		versioned := round%4 != 3
-		var h Handler = Rules{"Set": Merge, "Del": Delete, "Echo": Merge, "Empty": Merge, "Nil": Merge}
+		var h projection.Handler = projection.Rules{"Set": projection.Merge, "Del": projection.Delete, "Echo": projection.Merge, "Empty": projection.Merge, "Nil": projection.Merge}
 		if (round/4)%2 == 1 {
 			h = reusingHandler()
 		}
-		p := &Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: versioned}
+		p := &projection.Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: versioned}
 		// Held events under their own keys, as the reference stores them
 		// (TestGuardInlineHeldMatchesKeyed compares the inline slot).
 		g := &Guard{P: p, MaxHeld: int64(1 + r.IntN(4)), InlineHeldBytes: -1}
 		// The reference runs the previous rules and merge: the guard's
 		// merge fast path is compared with them, not with itself.
 		refP := *p
-		if rules, ok := h.(Rules); ok {
+		if rules, ok := h.(projection.Rules); ok {
 			refP.Handler = refRules(rules)
 		}
 		ref := (*refGuard)(&Guard{P: &refP, MaxHeld: g.MaxHeld})
@@ -149,13 +150,13 @@ func TestGuardMatchesReference(t *testing.T) {
 			now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
 			agg := []string{"A", "B"}[r.IntN(2)]
 			if r.IntN(12) == 0 {
-				pol := []Policy{Wait, Skip, DeadLetter}[r.IntN(3)]
+				pol := []projection.Policy{projection.Wait, projection.Skip, projection.DeadLetter}[r.IntN(3)]
 				s1, err1 := g.Expire(kv, prefix, agg, pol, now, 0) // the reference has no hold
 				s2, err2 := ref.Expire(refKV, prefix, agg, pol, now)
 				if fmt.Sprint(err1) != fmt.Sprint(err2) || stepString(s1, nil) != stepString(s2, nil) {
 					t.Fatalf("round %d expire %d: step\n%s (%v)\nreference\n%s (%v)", round, i, stepString(s1, nil), err1, stepString(s2, nil), err2)
 				}
-				if err1 == nil && pol != Wait { // Wait does nothing and reports no gap
+				if err1 == nil && pol != projection.Wait { // projection.Wait does nothing and reports no gap
 					checkHeldBefore("expire", i, agg, s1)
 				}
 				continue
@@ -228,7 +229,7 @@ func TestGuardOfferAllocs(t *testing.T) {
 	if race.Enabled {
 		t.Skip("the race detector makes sync.Pool drop buffers")
 	}
-	g := &Guard{P: &Projection{Name: "case-overview", Handler: Rules{"CaseUpdated": Merge, "CaseClosed": Delete}, Versioned: true}}
+	g := &Guard{P: &projection.Projection{Name: "case-overview", Handler: projection.Rules{"CaseUpdated": projection.Merge, "CaseClosed": projection.Delete}, Versioned: true}}
 	kv := newAllocKV()
 	prefix := []byte("t\x00\x0bcase-events\x00\x00\x00\x00")
 	raw := []byte(`{"eventId":"e","eventType":"CaseUpdated","aggregateId":"CASE-100001","aggregateVersion":1,"payload":{"owner":"user-7","updates":8,"details":{"k2":"v8","drop":null}}}`)
@@ -353,8 +354,8 @@ func TestGuardInlineHeldMatchesKeyed(t *testing.T) {
 	types := []string{"Set", "Set", "Set", "Set", "Del", "Note", "Fail", "Echo", "Big"}
 	inlined, keyedToo := 0, 0 // steps after which the inline guard had an inline event, and keyed ones beside it
 	for round := range rounds {
-		h := Rules{"Set": Merge, "Del": Delete, "Echo": Merge, "Big": Merge}
-		p := &Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: true}
+		h := projection.Rules{"Set": projection.Merge, "Del": projection.Delete, "Echo": projection.Merge, "Big": projection.Merge}
+		p := &projection.Projection{Name: "p", Topic: "p.v1", Handler: h, Versioned: true}
 		maxHeld := int64(2 + r.IntN(6))
 		inl := &Guard{P: p, MaxHeld: maxHeld, InlineHeldBytes: 300}
 		keyed := &Guard{P: p, MaxHeld: maxHeld, InlineHeldBytes: -1}
@@ -369,9 +370,9 @@ func TestGuardInlineHeldMatchesKeyed(t *testing.T) {
 			var err1, err2 error
 			what := ""
 			if r.IntN(10) == 0 {
-				pol := []Policy{Wait, Skip, DeadLetter}[r.IntN(3)]
+				pol := []projection.Policy{projection.Wait, projection.Skip, projection.DeadLetter}[r.IntN(3)]
 				var stop int64
-				if pol == Skip && r.IntN(3) == 0 {
+				if pol == projection.Skip && r.IntN(3) == 0 {
 					stop = cur[agg] + int64(1+r.IntN(4))
 				}
 				what = fmt.Sprintf("expire %v stop %d", pol, stop)

@@ -1,4 +1,4 @@
-package projection
+package guard
 
 import (
 	"encoding/binary"
@@ -35,28 +35,4 @@ func encodeHeld(at time.Time, src Source) []byte {
 		b = append(b, src.Key...)
 	}
 	return append(b, src.Value...)
-}
-
-// DecodeHeld decodes a held event's stored value.
-func DecodeHeld(b []byte) (at time.Time, src Source, err error) {
-	ms, n := binary.Varint(b)
-	if n <= 0 {
-		return at, src, errCorrupt
-	}
-	b = b[n:]
-	src.Offset, n = binary.Varint(b)
-	if n <= 0 {
-		return at, src, errCorrupt
-	}
-	b = b[n:]
-	kl, n := binary.Varint(b)
-	if n <= 0 || kl > int64(len(b)-n) {
-		return at, src, errCorrupt
-	}
-	b = b[n:]
-	if kl >= 0 {
-		src.Key, b = b[:kl:kl], b[kl:]
-	}
-	src.Value = b
-	return time.UnixMilli(ms), src, nil
 }

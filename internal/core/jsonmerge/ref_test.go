@@ -2,7 +2,7 @@
 // rewrite), kept as the reference implementation the differential tests and
 // the fuzz test compare against.
 
-package projection
+package jsonmerge
 
 import (
 	"encoding/json"

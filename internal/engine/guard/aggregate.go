@@ -1,8 +1,10 @@
-package projection
+package guard
 
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/projector-dev/projector/projection"
 )
 
 // aggState is the stored per-aggregate record.
@@ -151,7 +153,7 @@ var emptyObject = []byte("{}")
 
 // advance moves st to the next version as res says; the new state is
 // res.State itself, not a copy.
-func (st *aggState) advance(res Result) {
+func (st *aggState) advance(res projection.Result) {
 	st.version++
 	switch {
 	case res.Keep:

@@ -1,4 +1,4 @@
-package projection
+package guard
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/jsonmerge"
+	"github.com/projector-dev/projector/projection"
 )
 
 // offerScratch is what an Offer allocates for itself, in one piece: the
@@ -21,19 +23,19 @@ type offerScratch struct {
 const offerKeyRoom = 80 // 128 + 80 bytes: a 208-byte size class
 
 // Offer presents a new (deduplicated) event to the guard.
-func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time) (Step, error) {
+func (g *Guard) Offer(kv KV, taskPrefix []byte, ev *envelope.Event, src Source, now time.Time) (Step, error) {
 	return g.offer(kv, taskPrefix, ev, src, now, true)
 }
 
 // OfferHoldingBack is Offer that drains no held event after ev: they stay
 // held, under the gap policy (the processor's way out when draining them
 // would produce a record over its size limit).
-func (g *Guard) OfferHoldingBack(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time) (Step, error) {
+func (g *Guard) OfferHoldingBack(kv KV, taskPrefix []byte, ev *envelope.Event, src Source, now time.Time) (Step, error) {
 	return g.offer(kv, taskPrefix, ev, src, now, false)
 }
 
 // offer is Offer, draining the held events ev lets through only with drain.
-func (g *Guard) offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time, drain bool) (Step, error) {
+func (g *Guard) offer(kv KV, taskPrefix []byte, ev *envelope.Event, src Source, now time.Time, drain bool) (Step, error) {
 	sc := new(offerScratch)
 	key := appendAggregateKey(sc.key[:0], taskPrefix, g.P.Name, ev.AggregateID)
 	key = key[:len(key):len(key)]
@@ -117,29 +119,41 @@ var mergeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 const maxPooledMerge = 64 << 10
 
 // run calls the projection's handler for ev on st's state. The merge rule
-// (Rules) writes its result into a pooled scratch buffer, returned as buf:
-// put it back (mergeBufs) once res.State has been copied.
-func (g *Guard) run(st *aggState, ev *Event) (res Result, buf *[]byte, err error) {
-	r, ok := g.P.Handler.(Rules)
+// of the declarative Rules writes its result into a pooled scratch buffer,
+// returned as buf: put it back (mergeBufs) once res.State has been copied.
+func (g *Guard) run(st *aggState, ev *envelope.Event) (res projection.Result, buf *[]byte, err error) {
+	r, ok := g.P.Handler.(projection.Rules)
 	if !ok {
-		res, err = g.P.Handler.Apply(st.current(false), ev)
+		res, err = g.P.Handler.Apply(st.current(false), handlerEvent(ev))
 		return res, nil, err
 	}
 	var patch []byte
-	if res, patch, err = r.decide(ev); patch == nil || err != nil {
+	if r[ev.EventType] == projection.Merge {
+		patch, err = jsonmerge.Patch(ev.Payload)
+	}
+	if patch == nil {
+		// Not a merge, nothing to merge, or not an object: Rules decides,
+		// without touching the state (so it may be the shared "{}").
+		res, err = r.Apply(st.current(true), handlerEvent(ev))
 		return res, nil, err
 	}
 	buf = mergeBufs.Get().(*[]byte)
-	res.State, err = appendMergePatch((*buf)[:0], st.current(true), patch)
+	res.State, err = jsonmerge.AppendMergePatch((*buf)[:0], st.current(true), patch)
 	if res.State != nil && cap(res.State) <= maxPooledMerge {
 		*buf = res.State[:0]
 	}
 	if err != nil {
 		mergeBufs.Put(buf)
-		return Result{}, nil, err
+		return projection.Result{}, nil, err
 	}
 	return res, buf, nil
 }
+
+// handlerEvent is ev as a handler sees it. projection.Event declares the
+// fields of envelope.Event one for one, so the conversion is of the pointer
+// only: no copy on the hot path. The compiler refuses it if the two ever
+// differ (and TestHandlerEventIsEnvelope says which field).
+func handlerEvent(ev *envelope.Event) *projection.Event { return (*projection.Event)(ev) }
 
 // failed records that the handler rejected ev.
 func failed(step *Step, src Source, err error) {
@@ -149,10 +163,10 @@ func failed(step *Step, src Source, err error) {
 
 // applied records ev's application as st's current version (in spare, if
 // not nil, when it is the step's first change).
-func applied(step *Step, spare *[1]Change, st *aggState, ev *Event, src Source, effects []Intent) {
+func applied(step *Step, spare *[1]Change, st *aggState, ev *envelope.Event, src Source, effects []projection.Intent) {
 	step.Outcome = Applied
 	addChange(step, spare, Change{
-		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: effects,
+		Event: handlerEvent(ev), Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: effects,
 	})
 }
 
@@ -160,7 +174,7 @@ func applied(step *Step, spare *[1]Change, st *aggState, ev *Event, src Source, 
 // drain after ev (so the record's header is known up front): the record is
 // encoded once, with the new state copied into it directly, and the change's
 // State is the record's tail.
-func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *Event, src Source, step *Step, spare *[1]Change) {
+func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *envelope.Event, src Source, step *Step, spare *[1]Change) {
 	res, buf, err := g.run(st, ev)
 	if err != nil {
 		failed(step, src, err)
@@ -181,7 +195,7 @@ func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *Event, src Sourc
 
 // apply runs the handler for ev as version st.version+1 and records the change
 // (in spare, if not nil, when it is the step's first).
-func (g *Guard) apply(st *aggState, ev *Event, src Source, step *Step, spare *[1]Change) {
+func (g *Guard) apply(st *aggState, ev *envelope.Event, src Source, step *Step, spare *[1]Change) {
 	res, buf, err := g.run(st, ev)
 	if err != nil {
 		failed(step, src, err)

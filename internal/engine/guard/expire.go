@@ -1,54 +1,18 @@
-package projection
+package guard
 
 import (
 	"encoding/binary"
 	"fmt"
 	"time"
+
+	"github.com/projector-dev/projector/projection"
 )
-
-// Policy is what to do with a gap that outlived the hold timeout.
-type Policy uint8
-
-const (
-	// Wait keeps holding (the gap is only reported).
-	Wait Policy = iota
-	// Skip applies the held events past the gap, lowest version first.
-	Skip
-	// DeadLetter drops the held events to the dead-letter topic.
-	DeadLetter
-)
-
-// policyNames spell each Policy as gaps.onTimeout does; parsing and
-// printing share them.
-var policyNames = [...]string{Wait: "wait", Skip: "skip", DeadLetter: "deadletter"}
-
-// ParsePolicy parses gaps.onTimeout ("" is wait).
-func ParsePolicy(s string) (Policy, error) {
-	if s == "" {
-		return Wait, nil
-	}
-	for p, name := range policyNames {
-		if s == name {
-			return Policy(p), nil
-		}
-	}
-	return Wait, fmt.Errorf("projection: unknown gap policy %q (want wait, skip or deadletter)", s)
-}
-
-// String is the policy as gaps.onTimeout spells it ("wait" for a value
-// that is not a Policy).
-func (p Policy) String() string {
-	if int(p) < len(policyNames) {
-		return policyNames[p]
-	}
-	return "wait"
-}
 
 // Expire resolves an aggregate's gap by policy (Skip or DeadLetter; Wait does
 // nothing) once it has been open for hold, as the aggregate's state says; a
 // younger gap is left alone, and the step reports it as it is (HeldBefore =
 // HeldCount, HeldSince). Operators use Skip with hold 0 through `gaps skip`.
-func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time, hold time.Duration) (Step, error) {
+func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p projection.Policy, now time.Time, hold time.Duration) (Step, error) {
 	return g.ExpireBefore(kv, taskPrefix, aggregate, p, now, hold, 0)
 }
 
@@ -56,9 +20,9 @@ func (g *Guard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now
 // on (0: no stop). The held event at stop itself is removed unapplied (the
 // caller dead-letters it: its outputs would not fit a record), and the
 // versions after it wait behind it as a new gap, under the same policy.
-func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time, hold time.Duration, stop int64) (Step, error) {
+func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p projection.Policy, now time.Time, hold time.Duration, stop int64) (Step, error) {
 	var step Step
-	if p == Wait {
+	if p == projection.Wait {
 		return step, nil
 	}
 	key := AggregateKey(taskPrefix, g.P.Name, aggregate)
@@ -77,9 +41,9 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p Polic
 		return step, err
 	}
 	switch p {
-	case DeadLetter:
+	case projection.DeadLetter:
 		g.deadLetterHeld(kv, &st, all, &step)
-	case Skip:
+	case projection.Skip:
 		if err := g.skipGap(kv, hp, &st, all, &step, now, stop); err != nil {
 			return step, err
 		}

@@ -1,10 +1,29 @@
-package projection
+package guard
+
+// The read-only view of the guard's stored state: the key kinds, the key
+// parsers and the record decoders. Tools that read the state from the
+// changelog topic (the operator commands: projector inspect, gaps) and the
+// processor's restore use these; nothing here writes.
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
+)
+
+// Source locates an event's original record, for outputs and dead letters;
+// a held event is stored with it.
+type Source struct {
+	Offset     int64
+	Key, Value []byte
+}
+
+// Changelog-key kind bytes of the guard's state: the first byte of a key
+// below the task prefix.
+const (
+	KindAggregate = 'a'
+	KindHeld      = 'h'
 )
 
 // ParseHeldKey splits a held key's changelog part (kind byte first) into
@@ -119,4 +138,28 @@ func CheckRecord(key, value []byte) error {
 		}
 	}
 	return nil
+}
+
+// DecodeHeld decodes a held event's stored value.
+func DecodeHeld(b []byte) (at time.Time, src Source, err error) {
+	ms, n := binary.Varint(b)
+	if n <= 0 {
+		return at, src, errCorrupt
+	}
+	b = b[n:]
+	src.Offset, n = binary.Varint(b)
+	if n <= 0 {
+		return at, src, errCorrupt
+	}
+	b = b[n:]
+	kl, n := binary.Varint(b)
+	if n <= 0 || kl > int64(len(b)-n) {
+		return at, src, errCorrupt
+	}
+	b = b[n:]
+	if kl >= 0 {
+		src.Key, b = b[:kl:kl], b[kl:]
+	}
+	src.Value = b
+	return time.UnixMilli(ms), src, nil
 }

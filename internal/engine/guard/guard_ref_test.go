@@ -1,4 +1,4 @@
-package projection
+package guard
 
 // The guard's methods before the allocation work (copied from the previous
 // guard.go), as refGuard: the differential test runs the same offers through
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/projection"
 )
 
 type refGuard Guard
@@ -30,29 +31,31 @@ func refEncode(s *aggState) []byte {
 	return append(b, s.doc...)
 }
 
-// refRules is the previous Rules.Apply, over the previous merge
-// (refMergePatch): the reference guard runs it where the guard runs Rules.
-type refRules Rules
+// refRules is the previous Rules.Apply, over the public merge
+// (projection.MergePatch, itself checked against a reference in
+// internal/core/jsonmerge): the reference guard runs it where the guard
+// runs Rules, whose merge writes into a pooled buffer of its own.
+type refRules projection.Rules
 
-func (r refRules) Apply(state []byte, ev *Event) (Result, error) {
+func (r refRules) Apply(state []byte, ev *projection.Event) (projection.Result, error) {
 	switch r[ev.EventType] {
-	case Delete:
-		return Result{Delete: true}, nil
-	case Merge:
+	case projection.Delete:
+		return projection.Result{Delete: true}, nil
+	case projection.Merge:
 		p := bytes.TrimSpace(ev.Payload)
 		if len(p) == 0 || bytes.Equal(p, []byte("null")) {
-			return Result{Keep: true}, nil // nothing to merge
+			return projection.Result{Keep: true}, nil // nothing to merge
 		}
 		if p[0] != '{' {
-			return Result{}, ErrPayloadNotObject
+			return projection.Result{}, projection.ErrPayloadNotObject
 		}
-		out, err := refMergePatch(state, p)
+		out, err := projection.MergePatch(state, p)
 		if err != nil {
-			return Result{}, err
+			return projection.Result{}, err
 		}
-		return Result{State: out}, nil
+		return projection.Result{State: out}, nil
 	default:
-		return Result{Keep: true}, nil
+		return projection.Result{Keep: true}, nil
 	}
 }
 
@@ -69,7 +72,7 @@ func (g *refGuard) load(kv KV, key []byte) (aggState, error) {
 }
 
 // Offer presents a new (deduplicated) event to the guard.
-func (g *refGuard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now time.Time) (Step, error) {
+func (g *refGuard) Offer(kv KV, taskPrefix []byte, ev *envelope.Event, src Source, now time.Time) (Step, error) {
 	key := AggregateKey(taskPrefix, g.P.Name, ev.AggregateID)
 	st, err := g.load(kv, key)
 	if err != nil {
@@ -124,12 +127,12 @@ func (g *refGuard) Offer(kv KV, taskPrefix []byte, ev *Event, src Source, now ti
 }
 
 // apply runs the handler for ev as version st.version+1 and records the change.
-func (g *refGuard) apply(st *aggState, ev *Event, src Source, step *Step) {
+func (g *refGuard) apply(st *aggState, ev *envelope.Event, src Source, step *Step) {
 	cur := st.doc
 	if st.deleted || len(cur) == 0 {
 		cur = []byte("{}")
 	}
-	res, err := g.P.Handler.Apply(cur, ev)
+	res, err := g.P.Handler.Apply(cur, (*projection.Event)(ev))
 	if err != nil {
 		step.Outcome = Failed
 		step.Failures = append(step.Failures, Failure{Source: src, Err: err})
@@ -146,7 +149,7 @@ func (g *refGuard) apply(st *aggState, ev *Event, src Source, step *Step) {
 	}
 	step.Outcome = Applied
 	step.Changes = append(step.Changes, Change{
-		Event: ev, Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: res.Effects,
+		Event: (*projection.Event)(ev), Source: src, Version: st.version, State: st.doc, Deleted: st.deleted, Effects: res.Effects,
 	})
 }
 
@@ -203,9 +206,9 @@ func (g *refGuard) applyHeld(st *aggState, stored []byte, step *Step) bool {
 
 // Expire resolves an aggregate's gap by policy (Skip or DeadLetter; Wait does
 // nothing). Operators use Skip through `gaps skip`.
-func (g *refGuard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, now time.Time) (Step, error) {
+func (g *refGuard) Expire(kv KV, taskPrefix []byte, aggregate string, p projection.Policy, now time.Time) (Step, error) {
 	var step Step
-	if p == Wait {
+	if p == projection.Wait {
 		return step, nil
 	}
 	key := AggregateKey(taskPrefix, g.P.Name, aggregate)
@@ -246,7 +249,7 @@ func (g *refGuard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, 
 	all = live
 	st.heldCount = int64(len(all))
 	switch p {
-	case DeadLetter:
+	case projection.DeadLetter:
 		for _, h := range all {
 			kv.Delete(h.key)
 			if _, src, err := DecodeHeld(h.val); err == nil {
@@ -258,7 +261,7 @@ func (g *refGuard) Expire(kv KV, taskPrefix []byte, aggregate string, p Policy, 
 			}
 		}
 		st.heldCount = 0
-	case Skip:
+	case projection.Skip:
 		if len(all) > 0 {
 			h := all[0]
 			kv.Delete(h.key)

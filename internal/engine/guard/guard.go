@@ -1,14 +1,10 @@
-package projection
+package guard
 
 import (
 	"fmt"
 	"time"
-)
 
-// Changelog-key kind bytes of the guard's state.
-const (
-	KindAggregate = 'a'
-	KindHeld      = 'h'
+	"github.com/projector-dev/projector/projection"
 )
 
 // Outcome is the guard's verdict on one offered event.
@@ -38,21 +34,15 @@ type KV interface {
 	Scan(prefix []byte, fn func(key, value []byte) error) error
 }
 
-// Source locates an event's original record, for outputs and dead letters.
-type Source struct {
-	Offset     int64
-	Key, Value []byte
-}
-
 // Change is one application of an event to an aggregate: the processor emits
 // one projection record per Change.
 type Change struct {
-	Event   *Event
+	Event   *projection.Event // as the handler saw it
 	Source  Source
 	Version int64
 	State   []byte // nil when Deleted
 	Deleted bool
-	Effects []Intent
+	Effects []projection.Intent
 }
 
 // Failure is an event the handler rejected (or a held event that could not be
@@ -78,7 +68,7 @@ type Step struct {
 
 // Guard applies one projection's events to aggregate state through a KV.
 type Guard struct {
-	P       *Projection
+	P       *projection.Projection
 	MaxHeld int64
 	// MaxRecordBytes is the envelope size limit used when held events are
 	// decoded again (0: the envelope default); it must match the limit the
