@@ -32,6 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
@@ -180,7 +181,7 @@ func TestFaultZombieFenced(t *testing.T) {
 	inTxn := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int64
-	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &processor.Hooks{
+	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &eos.Hooks{
 		AfterStage: func() error {
 			if calls.Add(1) == 3 {
 				close(inTxn)
@@ -221,8 +222,8 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 	recs, exp := genWorkload(seed, 30_000, 3_000, nil)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var mu sync.Mutex
-	slow := func() *processor.Hooks {
-		return &processor.Hooks{AfterStage: func() error {
+	slow := func() *eos.Hooks {
+		return &eos.Hooks{AfterStage: func() error {
 			mu.Lock()
 			d := time.Duration(rng.IntN(150)) * time.Millisecond
 			mu.Unlock()
@@ -323,7 +324,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					return e.start(instOpts{maxRecs: 300})
 				}
 				in, err := e.startWith(instOpts{maxRecs: 300}, state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20},
-					func(c *processor.Config) { growMemtable(t, c.Store) })
+					func(_ *processor.Config, st *state.Store) { growMemtable(t, st) })
 				if err != nil {
 					t.Fatal(err)
 				}

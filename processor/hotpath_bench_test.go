@@ -9,6 +9,7 @@ import (
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/projection"
 )
@@ -25,7 +26,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 		aggregates = 10_000
 		txnSize    = 5000
 	)
-	st, err := state.Open(b.TempDir(), StoreOptions(0))
+	st, err := state.Open(b.TempDir(), storeOptions(0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,8 +125,8 @@ func directTaskWith(tb testing.TB, st *state.Store, set func(*Config)) (*Process
 	cfg := Config{
 		Session: Session{
 			Name: "bench", InstanceID: "b", Brokers: []string{"127.0.0.1:1"}, DeadLetterTopic: "dlq",
-			Store: st,
 		},
+		seams:        seam.Seams{Store: st},
 		Inputs:       []string{"case-events"},
 		EffectsTopic: "effects",
 		Projections: []*projection.Projection{{Name: "case-overview", Topic: "case-overview.v1",

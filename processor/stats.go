@@ -44,9 +44,10 @@ func (t *tally) effect(effect, status string) { t.effects[[2]string{effect, stat
 
 // Stats are the processor's committed counters. Record-level outcomes of
 // records no projection accepts, and invalid records, count under projection
-// "". The loop's counters (transactions, restores, readiness) are embedded.
+// "". The loop's counters (transactions, restores, readiness) are
+// loopstats.go's.
 type Stats struct {
-	*LoopStats
+	loop    *eos.Stats
 	mu      sync.Mutex
 	events  map[[2]string]int64
 	dlq     map[string]int64
@@ -80,13 +81,10 @@ func (s *Stats) GapExpiries() (total, maxPerTxn int64) {
 	return s.expiries, s.maxExpiries
 }
 
-// TxnObservation is reported to observers after every transaction.
-type TxnObservation = eos.TxnObservation
-
 func newStats() *Stats {
 	return &Stats{
-		LoopStats: eos.NewStats(),
-		events:    map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{},
+		loop:   eos.NewStats(),
+		events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{},
 		gaps: map[string]GapSummary{},
 	}
 }

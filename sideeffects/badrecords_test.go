@@ -50,12 +50,11 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	w, err := sideeffects.NewWorker(sideeffects.WorkerConfig{
-		Session: sideeffects.Session{Name: "fx", InstanceID: "w1", Brokers: brokers, DeadLetterTopic: dlq, Store: st,
-			Partitions: 1, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second, Logger: fxLogger()},
+	w, err := sideeffects.NewWorker(withStore(st, sideeffects.WorkerConfig{
+		Session:      sideeffects.Session{Name: "fx", InstanceID: "w1", Brokers: brokers, DeadLetterTopic: dlq, Partitions: 1, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second, Logger: fxLogger()},
 		EffectsTopic: topic,
 		Effects:      map[string]sideeffects.Effect{"fx": {Caller: &webhook.Client{URL: rc.srv.URL, Timeout: 10 * time.Second}}},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/core/seam"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/ops"
@@ -308,4 +310,11 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 			t.Logf("onUnknown %s: %d keys, %d hung (unknown), %d retries with the same key, every key applied once", policy, len(keys), len(hung), retries)
 		})
 	}
+}
+
+// withStore is c running on st, a store the test opened itself
+// (internal/core/seam: not public API).
+func withStore(st *state.Store, c sideeffects.WorkerConfig) sideeffects.WorkerConfig {
+	seam.Executor(&c, seam.Seams{Store: st})
+	return c
 }

@@ -6,20 +6,28 @@ import (
 	"slices"
 	"time"
 
+	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/eos"
 )
 
 // Defaults. Zero values in a Config are replaced by these in ApplyDefaults.
+// A default of a setting a package owns is that package's constant. The
+// processor's four (marked) are the values of processor.DefaultPartitions,
+// DefaultMaxRecordsPerTxn, DefaultHoldTimeout and DefaultMaxHeld, which this
+// package cannot name while sideeffects/effect imports it (processor
+// imports effect); wiring's TestConfigDefaultsAreTheProcessors holds them
+// equal.
 const (
-	DefaultTransactionTimeout       = 40 * time.Second
-	DefaultMaxRecordsPerTransaction = 5000
-	DefaultSessionTimeout           = 45 * time.Second
+	DefaultTransactionTimeout       = eos.DefaultTransactionTimeout
+	DefaultMaxRecordsPerTransaction = 5000 // processor's
+	DefaultSessionTimeout           = eos.DefaultSessionTimeout
 	DefaultEmbeddedListen           = "127.0.0.1:9092"
-	DefaultEmbeddedPartitions       = 4
+	DefaultEmbeddedPartitions       = 4        // processor's
 	DefaultCacheSize                = 64 << 20 // 64 MiB
-	DefaultDedupRetention           = 168 * time.Hour
-	DefaultHoldTimeout              = 5 * time.Minute
-	DefaultMaxHeldPerAggregate      = 10000
+	DefaultDedupRetention           = dedup.DefaultRetention
+	DefaultHoldTimeout              = 5 * time.Minute // processor's
+	DefaultMaxHeldPerAggregate      = 10000           // processor's
 	DefaultWebhookTimeout           = 5 * time.Second
 	DefaultMaxAttempts              = 8
 	DefaultHTTPListen               = "127.0.0.1:9464"

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/projector-dev/projector/internal/app/config"
-	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/sideeffects"
 )
 
 // Namespace prefixes every metric name.
@@ -72,7 +72,7 @@ type Loop interface {
 	Transactions(result string) int64
 	Restored() int64
 	Ready() bool
-	Assigned() []state.Task
+	Assigned() []processor.Partition
 	// MissingInputs are the input topics the loop waits for
 	// (projector_input_topic_missing); RestoreRetries the restore attempts
 	// repeated after a broker error (projector_restore_retries_total).
@@ -391,6 +391,31 @@ func (zeroSource) Restored() int64                        { return 0 }
 func (zeroSource) Ready() bool                            { return false }
 func (zeroSource) MissingInputs() []string                { return nil }
 func (zeroSource) RestoreRetries() int64                  { return 0 }
-func (zeroSource) Assigned() []state.Task                 { return nil }
+func (zeroSource) Assigned() []processor.Partition        { return nil }
 func (zeroSource) Gaps() map[string]processor.GapSummary  { return nil }
 func (zeroSource) Observe(func(processor.TxnObservation)) {}
+
+// Executor adapts the executor's counters to ExecutorSource: its
+// partitions and transaction observations are the executor's own types,
+// field for field the processor's. A nil s gives nil (no executor).
+func Executor(s *sideeffects.WorkerStats) ExecutorSource {
+	if s == nil {
+		return nil
+	}
+	return executorStats{s}
+}
+
+type executorStats struct{ *sideeffects.WorkerStats }
+
+func (s executorStats) Assigned() []processor.Partition {
+	ps := s.WorkerStats.Assigned()
+	out := make([]processor.Partition, len(ps))
+	for i, p := range ps {
+		out[i] = processor.Partition(p)
+	}
+	return out
+}
+
+func (s executorStats) Observe(fn func(processor.TxnObservation)) {
+	s.WorkerStats.Observe(func(o sideeffects.TxnObservation) { fn(processor.TxnObservation(o)) })
+}

@@ -24,6 +24,8 @@ import (
 	"github.com/projector-dev/projector/internal/app/httpserver"
 	"github.com/projector-dev/projector/internal/app/metrics"
 	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -68,8 +70,8 @@ type Options struct {
 	// PollInterval defaults to DefaultPollInterval.
 	PollInterval time.Duration
 	Logger       *slog.Logger
-	// Hooks are passed to the processor (tests).
-	Hooks *processor.Hooks
+	// Hooks are passed to the processor (tests; internal/core/seam).
+	Hooks *eos.Hooks
 }
 
 // Group is the rebuild's consumer group and transactional-id prefix.
@@ -352,7 +354,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 	if err != nil {
 		return nil, nil, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
-	store, err := state.Open(stateDir, processor.StoreOptions(int64(cfg.State.CacheSize)))
+	store, err := state.Open(stateDir, seam.ProcessorStoreOptions(int64(cfg.State.CacheSize)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("rebuild: is this rebuild running already? %w", err)
 	}
@@ -364,9 +366,9 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 		Session: processor.Session{
 			Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: brokers, ClientOpts: copts,
 			DeadLetterTopic: o.DeadLetterTopic, Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions),
-			Store: store, MaxRecordsPerTxn: cfg.Kafka.MaxRecordsPerTransaction,
+			MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
 			TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(),
-			SessionTimeout:     cfg.Kafka.SessionTimeout.Std(), Logger: o.Logger, Hooks: o.Hooks,
+			SessionTimeout:     cfg.Kafka.SessionTimeout.Std(), Logger: o.Logger,
 		},
 		Group:         group,
 		Inputs:        cfg.Kafka.Input,
@@ -376,6 +378,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 
 		Mode: processor.Rebuild, StartOffset: &startOffset,
 	}
+	seam.Processor(&pcfg, seam.Seams{Store: store, Hooks: o.Hooks})
 	if len(cfg.SideEffects) > 0 {
 		// The rules run so that what live would have emitted is counted as
 		// suppressed; in rebuild mode the processor never produces it.

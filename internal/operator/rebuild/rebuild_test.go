@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/processor"
 )
 
 // Hooks are the processor's test hooks.
-type Hooks = processor.Hooks
+type Hooks = eos.Hooks
 
 // TestRebuildEqualsLive is docs/design.md#no-effects-in-rebuild and
 // docs/design.md#rebuild-equals-live at scale (acceptance 1 and 4 of #5): a
