@@ -99,7 +99,7 @@ func Example_goProjection() {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
-	for p.Stats().Events("customer-totals", "applied") < 3 && ctx.Err() == nil {
+	for p.Stats().Events("customer-totals", processor.OutcomeApplied) < 3 && ctx.Err() == nil {
 		select {
 		case <-committed:
 		case <-ctx.Done():

@@ -158,7 +158,7 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := in.p.Stats().Outcome("duplicate"); got != int64(exp.Duplicates) {
+	if got := in.p.Stats().Outcome(processor.OutcomeDuplicate); got != int64(exp.Duplicates) {
 		t.Errorf("duplicates: got %d, want %d", got, exp.Duplicates)
 	}
 	out := e.read(projTopic)
@@ -390,7 +390,7 @@ func TestFaultOutOfOrderVersions(t *testing.T) {
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := in.p.Stats().Outcome("held"); got != int64(exp.Held) || got == 0 {
+	if got := in.p.Stats().Outcome(processor.OutcomeHeld); got != int64(exp.Held) || got == 0 {
 		t.Errorf("held: got %d, want %d (> 0)", got, exp.Held)
 	}
 	e.checkFigure(exp, len(recs), 0, exp.Held, seed)
@@ -450,8 +450,8 @@ func TestFaultGapNeverFilled(t *testing.T) {
 			e.waitCaughtUp(time.Minute)
 			// The group's offsets move at the Kafka commit; the counters
 			// only once that transaction's Pebble write landed (AsyncCommit).
-			if err := testkit.WaitFor(context.Background(), time.Minute, func() bool { return in.p.Stats().Outcome("held") == 2 }); err != nil {
-				t.Fatalf("held: %d, want 2 (%v)", in.p.Stats().Outcome("held"), err)
+			if err := testkit.WaitFor(context.Background(), time.Minute, func() bool { return in.p.Stats().Outcome(processor.OutcomeHeld) == 2 }); err != nil {
+				t.Fatalf("held: %d, want 2 (%v)", in.p.Stats().Outcome(processor.OutcomeHeld), err)
 			}
 			clock.set(2 * time.Minute) // the hold timeout passes
 			deadline := time.Now().Add(time.Minute)

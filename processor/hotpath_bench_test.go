@@ -71,7 +71,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	applied0 := p.stats.Outcome("applied")
+	applied0 := p.stats.Outcome(OutcomeApplied)
 	batch := next()
 	bt := eos.NewTaskBatch(st, task, now, produce)
 	i, processed := 0, 0
@@ -100,11 +100,11 @@ func BenchmarkProcessEvent(b *testing.B) {
 		b.Fatal(err)
 	}
 	// Every timed event took the path measured: applied, nothing else.
-	if got := p.stats.Outcome("applied") - applied0; got != int64(processed) {
+	if got := p.stats.Outcome(OutcomeApplied) - applied0; got != int64(processed) {
 		b.Fatalf("applied %d of the %d timed events", got, processed)
 	}
 	for _, oc := range Outcomes {
-		if n := p.stats.Outcome(oc); oc != "applied" && n != 0 {
+		if n := p.stats.Outcome(oc); oc != OutcomeApplied && n != 0 {
 			b.Fatalf("%d events %s, want none", n, oc)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
@@ -107,7 +108,7 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 	var dls []testkit.DeadLetter
 	waitFor(t, time.Minute, "the valid intent's call and every dead letter", func() bool {
 		exited()
-		if req, _ := rc.counts(); req["k-valid"] == 0 || w.Stats().Effects("fx", "succeeded") == 0 {
+		if req, _ := rc.counts(); req["k-valid"] == 0 || w.Stats().Effects("fx", effect.Succeeded) == 0 {
 			return false
 		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -120,7 +121,7 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		return len(dls) >= len(bad)
 	})
 	seen := checkBadDeadLetters(t, topic, dls, byOffset)
-	if n := w.Stats().Effects("fx", "succeeded"); n != 1 {
+	if n := w.Stats().Effects("fx", effect.Succeeded); n != 1 {
 		t.Errorf("%d keys succeeded, want 1 (k-valid)", n)
 	}
 	// Well-formed reports of an attempt whose outcome the ledger has
@@ -129,7 +130,7 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 	produce("k-valid", true, `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z"}`)
 	waitFor(t, time.Minute, "the stale reports", func() bool {
 		exited()
-		return w.Stats().Effects("fx", "stale-report") == 2
+		return w.Stats().StaleReports("fx") == 2
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()

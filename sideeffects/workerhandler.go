@@ -142,11 +142,11 @@ func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 		return wt.refuse(b, r, "", err)
 	}
 	if dup {
-		b.OnCommit(func() { w.stats.add(in.Effect, "duplicate") })
+		b.OnCommit(func() { w.stats.add(in.Effect, labelDuplicate) })
 		return nil
 	}
 	b.OnCommit(func() {
-		w.stats.add(e.Effect, "pending")
+		w.stats.add(e.Effect, effect.Pending.String())
 		if runner != nil {
 			runner.Enqueue(e.Key)
 		}

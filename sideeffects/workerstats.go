@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // WorkerStats counts what the worker committed.
@@ -46,14 +47,34 @@ func (s *WorkerStats) untrack(r *Runner) {
 	s.mu.Unlock()
 }
 
-// Effects returns the count of committed transitions into status, or of
-// the committed records counted under a label of their own: "duplicate"
-// (an intent of a key the ledger holds), "resolved" (an operator's
-// resolve), "stale-report" (an executor's report the ledger had moved past).
-func (s *WorkerStats) Effects(effect, status string) int64 {
+// Effects returns the count of committed transitions of effect's entries
+// into status.
+func (s *WorkerStats) Effects(effect string, status effect.Status) int64 {
+	return s.count(effect, status.String())
+}
+
+// Duplicates returns the count of committed intents of effect whose key the
+// ledger held already.
+func (s *WorkerStats) Duplicates(effect string) int64 { return s.count(effect, labelDuplicate) }
+
+// Resolved returns the count of effect's entries an operator resolved.
+func (s *WorkerStats) Resolved(effect string) int64 { return s.count(effect, labelResolved) }
+
+// StaleReports returns the count of reports of effect's attempts (from a
+// previous owner of the partition) that the ledger had moved past.
+func (s *WorkerStats) StaleReports(effect string) int64 { return s.count(effect, labelStaleReport) }
+
+// The labels counted beside the statuses.
+const (
+	labelDuplicate   = "duplicate"
+	labelResolved    = "resolved"
+	labelStaleReport = "stale-report"
+)
+
+func (s *WorkerStats) count(effect, label string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.byES[[2]string{effect, status}]
+	return s.byES[[2]string{effect, label}]
 }
 
 func (s *WorkerStats) add(effect, status string) {

@@ -17,6 +17,7 @@ import (
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // Namespace prefixes every metric name.
@@ -81,7 +82,8 @@ type Loop interface {
 	Observe(fn func(processor.TxnObservation))
 }
 
-// Source is the processor's counters; *processor.Stats implements it.
+// Source is the processor's counters by label; Processor adapts
+// *processor.Stats to it.
 type Source interface {
 	Loop
 	Events(projection, outcome string) int64
@@ -90,8 +92,8 @@ type Source interface {
 	Gaps() map[string]processor.GapSummary
 }
 
-// ExecutorSource is the side-effect executor's counters;
-// *sideeffects.WorkerStats implements it. If it also has a method
+// ExecutorSource is the side-effect executor's counters by label; Executor
+// adapts *sideeffects.WorkerStats to it. If it also has a method
 // Pending() int64, that feeds projector_side_effects_pending (unless
 // Options.Pending is set).
 type ExecutorSource interface {
@@ -159,7 +161,9 @@ func OptionsFromConfig(cfg *config.Config) Options {
 
 func (o *Options) applyDefaults() {
 	if o.Outcomes == nil {
-		o.Outcomes = processor.Outcomes
+		for _, oc := range processor.Outcomes {
+			o.Outcomes = append(o.Outcomes, oc.String())
+		}
 	}
 	if o.DeadLetterReasons == nil {
 		o.DeadLetterReasons = DeadLetterReasons()
@@ -406,6 +410,62 @@ func Executor(s *sideeffects.WorkerStats) ExecutorSource {
 }
 
 type executorStats struct{ *sideeffects.WorkerStats }
+
+// Effects is the count of a status label: an executor status, or
+// "duplicate"; 0 for the processor's labels.
+func (s executorStats) Effects(eff, label string) int64 {
+	if label == "duplicate" {
+		return s.WorkerStats.Duplicates(eff)
+	}
+	st, err := effect.ParseStatus(label)
+	if err != nil {
+		return 0
+	}
+	return s.WorkerStats.Effects(eff, st)
+}
+
+// Processor adapts the processor's counters to Source: its outcomes and
+// intent statuses are typed constants, the metrics' labels their names. A
+// nil s gives nil (no processor).
+func Processor(s *processor.Stats) Source {
+	if s == nil {
+		return nil
+	}
+	return processorStats{s}
+}
+
+type processorStats struct{ *processor.Stats }
+
+var (
+	outcomeByLabel = labels(processor.Outcomes)
+	intentByLabel  = labels(processor.IntentStatuses)
+)
+
+func labels[T fmt.Stringer](vs []T) map[string]T {
+	m := make(map[string]T, len(vs))
+	for _, v := range vs {
+		m[v.String()] = v
+	}
+	return m
+}
+
+// Events is the count of an outcome label; 0 for an unknown one.
+func (s processorStats) Events(projection, label string) int64 {
+	oc, ok := outcomeByLabel[label]
+	if !ok {
+		return 0
+	}
+	return s.Stats.Events(projection, oc)
+}
+
+// Effects is the count of an intent status label; 0 for the executor's.
+func (s processorStats) Effects(eff, label string) int64 {
+	st, ok := intentByLabel[label]
+	if !ok {
+		return 0
+	}
+	return s.Stats.Effects(eff, st)
+}
 
 func (s executorStats) Assigned() []processor.Partition {
 	ps := s.WorkerStats.Assigned()

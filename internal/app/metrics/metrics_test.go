@@ -24,7 +24,7 @@ import (
 )
 
 var (
-	_ Source         = (*processor.Stats)(nil)
+	_ Source         = processorStats{}
 	_ ExecutorSource = executorStats{}
 )
 
@@ -496,7 +496,7 @@ func TestTypedNilSources(t *testing.T) {
 	var ps *processor.Stats
 	var ws *sideeffects.WorkerStats
 	reg := prometheus.NewPedanticRegistry()
-	if _, err := New(reg, Options{Processor: ps, Executor: Executor(ws), Effects: []string{"e"}}); err != nil {
+	if _, err := New(reg, Options{Processor: Processor(ps), Executor: Executor(ws), Effects: []string{"e"}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, reg, "projector_side_effects_total"); n != len(EffectStatuses) {

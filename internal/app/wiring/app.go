@@ -282,7 +282,7 @@ func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt, mode processor.Mod
 	adm := kadm.NewClient(a.admin)
 	var lags metrics.LagSources
 	if a.Processor != nil {
-		mo.Processor = a.Processor.Stats()
+		mo.Processor = metrics.Processor(a.Processor.Stats())
 		mo.Pebble["processor"] = a.Store.Metrics
 		inputs := cfg.Kafka.Input
 		if cfg.Ingress != nil && mode == processor.Live {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,8 +62,10 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	}
 	s := p.Stats()
 	got := make(map[string]int64, len(Outcomes))
-	for _, oc := range Outcomes {
-		got[oc] = s.Outcome(oc)
+	for _, oc := range processor.Outcomes {
+		if slices.Contains(Outcomes, oc.String()) {
+			got[oc.String()] = s.Outcome(oc)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -218,7 +218,7 @@ func (r *Result) WriteSummary(w io.Writer) {
 	fmt.Fprintf(tw, "  events\t%d records consumed (target %d)\n", r.Records, r.Target)
 	var outs []string
 	for _, o := range processor.Outcomes {
-		if n := r.Outcomes[o]; n > 0 || o == "applied" {
+		if n := r.Outcomes[o.String()]; n > 0 || o == processor.OutcomeApplied {
 			outs = append(outs, fmt.Sprintf("%s %d", o, n))
 		}
 	}
@@ -441,10 +441,10 @@ func (o Options) finish(ctx context.Context, p *processor.Processor, pos *positi
 	res.Records = pos.consumed()
 	st := p.Stats()
 	for _, oc := range processor.Outcomes {
-		res.Outcomes[oc] = st.Outcome(oc)
+		res.Outcomes[oc.String()] = st.Outcome(oc)
 	}
 	for _, se := range o.Config.SideEffects {
-		res.Suppressed[se.Name] = st.Effects(se.Name, "suppressed")
+		res.Suppressed[se.Name] = st.Effects(se.Name, processor.IntentSuppressed)
 	}
 	for _, r := range metrics.DeadLetterReasons() {
 		res.DeadLetters += st.DeadLetters(r)
@@ -464,7 +464,7 @@ func serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen string, cfg *c
 	reg := prometheus.NewRegistry()
 	mo := metrics.OptionsFromConfig(cfg)
 	mo.Projections = []string{proj}
-	mo.Processor = p.Stats()
+	mo.Processor = metrics.Processor(p.Stats())
 	mo.Pebble = map[string]func() *pebble.Metrics{"processor": store.Metrics}
 	mo.Lag = metrics.NewKafkaLag(adm, group, cfg.Kafka.Input...)
 	mo.Logger = log
