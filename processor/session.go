@@ -19,7 +19,7 @@ import (
 const (
 	// DefaultPartitions is the partition count of the topics the
 	// processor creates when missing.
-	DefaultPartitions = 4
+	DefaultPartitions = eos.DefaultPartitions
 	// DefaultMaxRecordsPerTxn bounds one transaction's input records.
 	DefaultMaxRecordsPerTxn = 5000
 	// DefaultHoldTimeout is how long a gap stays open before GapPolicy

@@ -16,6 +16,9 @@ import (
 
 // Defaults of WorkerConfig's zero values.
 const (
+	// DefaultPartitions is the partition count of the effects topic when
+	// the executor creates it.
+	DefaultPartitions = eos.DefaultPartitions
 	// DefaultMaxRecordsPerTxn bounds one transaction's input records.
 	DefaultMaxRecordsPerTxn = 1000
 	// DefaultTransactionTimeout and DefaultSessionTimeout are the Kafka
@@ -45,7 +48,7 @@ type Session struct {
 	// read, each with its reason; default <Name>.dlq.
 	DeadLetterTopic string
 	// Partitions is the partition count of the effects topic when the
-	// executor creates it (0: the broker's default).
+	// executor creates it; default DefaultPartitions.
 	Partitions int32
 	// MaxRecordsPerTxn bounds the input records of one transaction;
 	// default DefaultMaxRecordsPerTxn.

@@ -146,6 +146,9 @@ func (c *WorkerConfig) applyDefaults() error {
 	if c.Store != nil && c.Store.st == nil {
 		return errors.New("sideeffects: Store is closed")
 	}
+	if c.Partitions <= 0 {
+		c.Partitions = DefaultPartitions
+	}
 	if c.MaxRecordsPerTxn <= 0 {
 		c.MaxRecordsPerTxn = DefaultMaxRecordsPerTxn
 	}

@@ -13,17 +13,17 @@ import (
 
 // Defaults. Zero values in a Config are replaced by these in ApplyDefaults.
 // A default of a setting a package owns is that package's constant. The
-// processor's four (marked) are the values of processor.DefaultPartitions,
-// DefaultMaxRecordsPerTxn, DefaultHoldTimeout and DefaultMaxHeld, which this
-// package cannot name while sideeffects/effect imports it (processor
-// imports effect); wiring's TestConfigDefaultsAreTheProcessors holds them
-// equal.
+// processor's three (marked) are the values of
+// processor.DefaultMaxRecordsPerTxn, DefaultHoldTimeout and DefaultMaxHeld,
+// which this package cannot name while sideeffects/effect imports it
+// (processor imports effect); wiring's TestConfigDefaultsAreTheProcessors
+// holds them equal.
 const (
 	DefaultTransactionTimeout       = eos.DefaultTransactionTimeout
 	DefaultMaxRecordsPerTransaction = 5000 // processor's
 	DefaultSessionTimeout           = eos.DefaultSessionTimeout
 	DefaultEmbeddedListen           = "127.0.0.1:9092"
-	DefaultEmbeddedPartitions       = 4        // processor's
+	DefaultEmbeddedPartitions       = eos.DefaultPartitions
 	DefaultCacheSize                = 64 << 20 // 64 MiB
 	DefaultDedupRetention           = dedup.DefaultRetention
 	DefaultHoldTimeout              = 5 * time.Minute // processor's

@@ -56,6 +56,9 @@ type Session struct {
 // The timeouts the processor and the executor default alike (their public
 // Session documents them; the configuration's defaults are these).
 const (
+	// DefaultPartitions is the partition count of the topics a loop
+	// creates when missing.
+	DefaultPartitions         = 4
 	DefaultTransactionTimeout = 40 * time.Second
 	DefaultSessionTimeout     = 45 * time.Second
 )
