@@ -1,11 +1,15 @@
 package processor_test
 
 import (
+	"errors"
+	"fmt"
 	"go/importer"
 	"go/token"
 	"go/types"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -26,7 +30,7 @@ const modulePath = "github.com/projector-dev/projector"
 // fields it fills (docs/decisions/015-public-api.md).
 func TestPublicBoundary(t *testing.T) {
 	if testing.Short() {
-		t.Skip("type-checks the public packages from source")
+		t.Skip("builds the public packages' export data (go list -export)")
 	}
 	leaks := publicLeaks(t)
 	for _, l := range leaks {
@@ -243,10 +247,41 @@ func (w *walker) walkFields(where string, st *types.Struct, done map[*types.Stru
 	}
 }
 
+// exportImporter imports packages from the compiler's export data, which
+// `go list -export` builds (or finds in the build cache): much faster than
+// type-checking every dependency from source.
+func exportImporter(t *testing.T, pkgs []string) types.Importer {
+	args := append([]string{"list", "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}={{.Export}}{{end}}"}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list -export: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list -export: %v", err)
+	}
+	files := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		if path, file, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			files[path] = file
+		}
+	}
+	return importer.ForCompiler(token.NewFileSet(), "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := files[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(f)
+	})
+}
+
 func publicLeaks(t *testing.T) []string {
-	imp := importer.ForCompiler(token.NewFileSet(), "source", nil)
+	pkgs := publicPackages(t)
+	imp := exportImporter(t, pkgs)
 	w := &walker{seen: map[*types.TypeName]bool{}}
-	for _, path := range publicPackages(t) {
+	for _, path := range pkgs {
 		pkg, err := imp.Import(path)
 		if err != nil {
 			t.Fatalf("import %s: %v", path, err)
