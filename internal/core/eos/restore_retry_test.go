@@ -140,14 +140,15 @@ func testRestoreRetries(t *testing.T, key kmsg.Key) {
 	done := make(chan error, 1)
 	go func() { done <- l.Run(runCtx) }()
 
-	for !stats.Ready() {
-		select {
-		case err := <-done:
-			t.Fatalf("Run returned while restoring (after %d injected errors): %v", injected.Load(), err)
-		case <-ctx.Done():
+	ready := make(chan error, 1)
+	go func() { ready <- stats.WaitReady(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned while restoring (after %d injected errors): %v", injected.Load(), err)
+	case err := <-ready:
+		if err != nil {
 			_, why := stats.Readiness()
 			t.Fatalf("not ready: %s (%d errors injected)", why, injected.Load())
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if n := injected.Load(); n != faults {
