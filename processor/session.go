@@ -17,7 +17,7 @@ import (
 // Defaults of Config's zero values. The application's configuration
 // (kafka.*, gaps.*) defaults to the same values.
 const (
-	// DefaultPartitions is the partition count of the topics the
+	// DefaultPartitions (4) is the partition count of the topics the
 	// processor creates when missing.
 	DefaultPartitions = eos.DefaultPartitions
 	// DefaultMaxRecordsPerTxn bounds one transaction's input records.
@@ -27,8 +27,8 @@ const (
 	DefaultHoldTimeout = 5 * time.Minute
 	// DefaultMaxHeld bounds one aggregate's held events.
 	DefaultMaxHeld = 10000
-	// DefaultTransactionTimeout and DefaultSessionTimeout are the Kafka
-	// transaction and group session timeouts.
+	// DefaultTransactionTimeout (40s) and DefaultSessionTimeout (45s) are
+	// the Kafka transaction and group session timeouts.
 	DefaultTransactionTimeout = eos.DefaultTransactionTimeout
 	DefaultSessionTimeout     = eos.DefaultSessionTimeout
 )

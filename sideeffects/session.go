@@ -16,13 +16,13 @@ import (
 
 // Defaults of WorkerConfig's zero values.
 const (
-	// DefaultPartitions is the partition count of the effects topic when
-	// the executor creates it.
+	// DefaultPartitions (4) is the partition count of the effects topic
+	// when the executor creates it.
 	DefaultPartitions = eos.DefaultPartitions
 	// DefaultMaxRecordsPerTxn bounds one transaction's input records.
 	DefaultMaxRecordsPerTxn = 1000
-	// DefaultTransactionTimeout and DefaultSessionTimeout are the Kafka
-	// transaction and group session timeouts.
+	// DefaultTransactionTimeout (40s) and DefaultSessionTimeout (45s) are
+	// the Kafka transaction and group session timeouts.
 	DefaultTransactionTimeout = eos.DefaultTransactionTimeout
 	DefaultSessionTimeout     = eos.DefaultSessionTimeout
 )
