@@ -493,12 +493,6 @@ func TestRunnerConfig(t *testing.T) {
 			t.Errorf("NewRunner(%+v) accepted", c)
 		}
 	}
-	effects := EffectsFromConfig([]config.SideEffect{{Name: "a", Webhook: config.Webhook{URL: "http://h/x", Timeout: config.Duration(time.Second)},
-		MaxAttempts: 3, OnUnknown: config.OnUnknownPark}})
-	if e := effects["a"]; e.MaxAttempts != 3 || e.OnUnknown != config.OnUnknownPark || e.Caller.(*webhook.Client).Timeout != time.Second ||
-		e.Timeout != time.Second {
-		t.Fatalf("EffectsFromConfig: %+v", e)
-	}
 	r, _ := NewRunner(RunnerConfig{Store: sideeffectstest.NewMemStore()})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

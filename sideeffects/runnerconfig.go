@@ -36,7 +36,9 @@ type Caller interface {
 	Call(ctx context.Context, in effect.Intent, body []byte) effect.Result
 }
 
-// Effect is how the Runner executes one configured effect.
+// Effect is how the Runner executes one configured effect. An effect called
+// through its webhook is Effect{Caller: webhook.New(c)} with the retry
+// policy wanted (internal/app/wiring builds the configuration file's so).
 type Effect struct {
 	Caller Caller
 	// MaxAttempts bounds the calls per key; default effect.DefaultMaxAttempts.
@@ -61,17 +63,6 @@ type Effect struct {
 // kept by NTP agree to within milliseconds, so a second covers their skew,
 // and a call's own scheduling lag, with room to spare.
 const DeadlineMargin = time.Second
-
-// EffectsFromConfig builds the Runner's effects from the configuration, each
-// called through its webhook (webhook.Client).
-func EffectsFromConfig(ses []effect.Rule) map[string]Effect {
-	m := make(map[string]Effect, len(ses))
-	for _, s := range ses {
-		m[s.Name] = Effect{Caller: webhook.New(s.Webhook), MaxAttempts: s.MaxAttempts, OnUnknown: s.OnUnknown,
-			Timeout: time.Duration(s.Webhook.Timeout)}
-	}
-	return m
-}
 
 // DefaultWorkers is the default number of concurrent calls of a Runner.
 const DefaultWorkers = 4

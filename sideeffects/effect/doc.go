@@ -19,6 +19,12 @@
 //     back one whose call never left; Recover, Resolve and Settle handle a
 //     call whose outcome was not recorded.
 //
+// A Rule, its Condition and its key Template are plain Go, declared here and
+// checked here (NewRules, Condition.Check, ParseTemplate): the package knows
+// nothing of the configuration file, whose YAML mirror internal/app/wiring
+// converts (docs/design.md#file-map). The retry policy's values and default
+// (policy.go) are declared here once, and the configuration refers to them.
+//
 // Invariants (named in docs/design.md#invariants):
 //
 //   - one-success-per-key: at most one success per key, ever. A key whose

@@ -8,28 +8,43 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/projection"
 )
 
+// Rule is one side effect as the processor derives it: the event types and
+// the optional condition that trigger it, and the template of its
+// idempotency key. How the effect is then called (its Caller, retry policy
+// and timeout) is the executor's sideeffects.Effect, under the same Name.
+type Rule struct {
+	// Name names the effect: the effect of every intent it yields, and the
+	// executor's key for it. Required, unique among the rules.
+	Name string
+	// On lists the event types that trigger it; at least one.
+	On []string
+	// When, if set, restricts it to events that match the condition.
+	When *Condition
+	// Key is the idempotency key template (ParseTemplate), such as
+	// "email:case:{aggregateId}:sla-breach:v{aggregateVersion}"; required.
+	Key string
+}
+
 // Rules derives side-effect intents from applied events according to the
-// sideEffects configuration. It is immutable and safe for concurrent use.
+// configured Rules. It is immutable and safe for concurrent use.
 type Rules struct {
 	effects []compiledRule
-	byType  map[string][]int // eventType -> indexes into effects, in config order
+	byType  map[string][]int // eventType -> indexes into effects, in the rules' order
 }
 
 type compiledRule struct {
-	cfg  config.SideEffect
-	key  config.Template
-	when *config.Condition
-	path []string // when.Path()
+	rule Rule
+	key  Template
+	path []string // rule.When.Path()
 }
 
 // KeyError reports an effect that matched an event but whose idempotency key
 // could not be built from it (a placeholder without a value). No intent is
-// produced for that effect. Err wraps config.ErrNoValue.
+// produced for that effect. Err wraps ErrNoValue.
 type KeyError struct {
 	Effect, EventID string
 	Err             error
@@ -41,45 +56,93 @@ func (e *KeyError) Error() string {
 
 func (e *KeyError) Unwrap() error { return e.Err }
 
-// NewRules compiles the configured effects. It fails only for effects that
-// would not pass config validation (bad key template).
-func NewRules(effects []Rule) (*Rules, error) {
+// NewRules compiles the rules. It refuses a rule without a name, with a
+// name already used, without an event type, without a key template or with
+// one that does not parse (a *TemplateError) or with a condition Condition.Check refuses
+// (a *ConditionError), naming the rule: a rule that could never yield an
+// intent is an error, not a silent no-op. Rules keeps copies of each rule's
+// On and When.
+func NewRules(rules []Rule) (*Rules, error) {
 	r := &Rules{byType: make(map[string][]int)}
-	for i, se := range effects {
-		tpl, err := se.KeyTemplate()
+	seen := make(map[string]bool, len(rules))
+	for i, ru := range rules {
+		c, err := compile(ru, seen)
 		if err != nil {
-			return nil, fmt.Errorf("sideeffects: effect %s: %w", se.Name, err)
+			if ru.Name == "" {
+				return nil, fmt.Errorf("sideeffects: rule %d: %w", i, err)
+			}
+			return nil, fmt.Errorf("sideeffects: effect %s: %w", ru.Name, err)
 		}
-		ru := compiledRule{cfg: se, key: tpl, when: se.When}
-		if se.When != nil {
-			ru.path = se.When.Path()
-		}
-		r.effects = append(r.effects, ru)
-		for _, t := range se.On {
-			r.byType[t] = append(r.byType[t], i)
+		r.effects = append(r.effects, c)
+		for _, t := range ru.On {
+			if idx := r.byType[t]; len(idx) == 0 || idx[len(idx)-1] != i { // On: [A, A] is one trigger
+				r.byType[t] = append(idx, i)
+			}
 		}
 	}
 	return r, nil
 }
 
-// Effect returns the configuration of the named effect.
+// compile checks one rule and parses its key; seen holds the names of the
+// rules before it.
+func compile(ru Rule, seen map[string]bool) (compiledRule, error) {
+	switch {
+	case ru.Name == "":
+		return compiledRule{}, errors.New("a name is required")
+	case seen[ru.Name]:
+		return compiledRule{}, errors.New("the name of an earlier rule too")
+	case len(ru.On) == 0:
+		return compiledRule{}, errors.New("at least one event type (On) is required")
+	case ru.Key == "":
+		// Every intent would have the key "": one execution, ever.
+		return compiledRule{}, errors.New("a key template is required")
+	}
+	seen[ru.Name] = true
+	tpl, err := ParseTemplate(ru.Key)
+	if err != nil {
+		return compiledRule{}, err
+	}
+	if ru.When != nil {
+		if err := ru.When.Check(); err != nil {
+			return compiledRule{}, err
+		}
+	}
+	c := compiledRule{rule: ru.clone(), key: tpl}
+	if c.rule.When != nil {
+		c.path = c.rule.When.Path()
+	}
+	return c, nil
+}
+
+// Effect returns (a copy of) the rule of the named effect.
 func (r *Rules) Effect(name string) (Rule, bool) {
 	for _, ru := range r.effects {
-		if ru.cfg.Name == name {
-			return ru.cfg, true
+		if ru.rule.Name == name {
+			return ru.rule.clone(), true
 		}
 	}
 	return Rule{}, false
 }
 
-// Intents returns one intent per configured effect that the event triggers,
-// in configuration order: the event's type is listed in `on` and the
-// optional `when` condition matches. projectionName fills {projection};
-// version is the version the projection applied.
+// clone copies the rule's On and When, so that the copy and the rule share
+// nothing a caller may change (Equals aside: a value it only reads).
+func (ru Rule) clone() Rule {
+	ru.On = append([]string(nil), ru.On...)
+	if ru.When != nil {
+		when := *ru.When
+		ru.When = &when
+	}
+	return ru
+}
+
+// Intents returns one intent per rule that the event triggers, in the
+// rules' order: the event's type is listed in On and the optional When
+// condition matches. projectionName fills {projection}; version is the
+// version the projection applied.
 //
-// An effect whose key template has a placeholder without a value produces no
-// intent; the returned error then joins one *KeyError per such effect, and
-// the intents of the other effects are still returned. It is the caller's
+// A rule whose key template has a placeholder without a value produces no
+// intent; the returned error then joins one *KeyError per such rule, and
+// the intents of the other rules are still returned. It is the caller's
 // choice whether that is fatal (the processor counts and logs it). Missing
 // means: a payload path that is not there or does not lead to a string,
 // number or boolean; an absent tenantId or aggregateType; no version at all.
@@ -88,7 +151,7 @@ func (r *Rules) Effect(name string) (Rule, bool) {
 // version: the key then does not depend on which projection emitted it, so
 // the same fact emitted by two projections yields one key and one execution.
 //
-// A `when` condition on a field the event does not have does not match (no
+// A When condition on a field the event does not have does not match (no
 // intent, no error).
 func (r *Rules) Intents(projectionName string, ev *projection.Event, version int64) ([]projection.Intent, error) {
 	idx := r.byType[ev.EventType]
@@ -102,20 +165,20 @@ func (r *Rules) Intents(projectionName string, ev *projection.Event, version int
 	)
 	for _, i := range idx {
 		ru := &r.effects[i]
-		if ru.when != nil {
+		if ru.rule.When != nil {
 			v, ok := conditionValue(ev, ru.path, &p)
-			if !ok || !ru.when.Match(normalize(v)) {
+			if !ok || !ru.rule.When.Match(normalize(v)) {
 				continue
 			}
 		}
 		key, err := ru.key.Expand(func(name string) (string, bool) {
-			return placeholder(name, ru.cfg.Name, projectionName, ev, version, &p)
+			return placeholder(name, ru.rule.Name, projectionName, ev, version, &p)
 		})
 		if err != nil {
-			errs = append(errs, &KeyError{Effect: ru.cfg.Name, EventID: ev.EventID, Err: err})
+			errs = append(errs, &KeyError{Effect: ru.rule.Name, EventID: ev.EventID, Err: err})
 			continue
 		}
-		out = append(out, projection.Intent{Effect: ru.cfg.Name, Key: key})
+		out = append(out, projection.Intent{Effect: ru.rule.Name, Key: key})
 	}
 	return out, errors.Join(errs...)
 }
@@ -217,8 +280,9 @@ func conditionValue(ev *envelope.Event, path []string, p *payloadCache) (any, bo
 }
 
 // normalize turns the json.Number values of a UseNumber decode into float64,
-// recursively, so that Condition.Match compares them like the float64s YAML
-// gives it (1 and 1.0 equal, nested numbers included).
+// recursively, so that Condition.Match compares them like the float64s that
+// YAML and encoding/json give Equals (1 and 1.0 equal, nested numbers
+// included).
 func normalize(v any) any {
 	switch c := v.(type) {
 	case json.Number:
@@ -257,7 +321,7 @@ func placeholder(name, effect, projectionName string, ev *envelope.Event, versio
 		}
 		return "", false
 	}
-	if path, ok := strings.CutPrefix(name, config.PayloadPrefix); ok {
+	if path, ok := strings.CutPrefix(name, payloadPrefix); ok {
 		root, ok := p.get()
 		if !ok {
 			return "", false

@@ -32,8 +32,8 @@ type Signer struct {
 	keys [][]byte
 }
 
-// NewSigner returns the signer of the secrets (whsec_ + base64 of the key,
-// as config validates them). The error never contains a secret.
+// NewSigner returns the signer of the secrets (whsec_ + base64 of a 24 to
+// 64 byte key: SigningSecret.Key). The error never contains a secret.
 func NewSigner(secrets SigningSecrets) (*Signer, error) {
 	if len(secrets) == 0 {
 		return nil, fmt.Errorf("sideeffects: webhook: no signing secret")

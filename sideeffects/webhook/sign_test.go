@@ -118,7 +118,7 @@ func TestSignedCallsVerifyWithReferenceLibrary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, got := capture(t)
-			wh := New(Config{URL: srv.URL, Timeout: Duration(longTimeout), SigningSecret: tc.configured})
+			wh := New(Config{URL: srv.URL, Timeout: longTimeout, SigningSecret: tc.configured})
 			// A key with "." and "%" (webhook-id percent-encodes them) and
 			// one without (webhook-id is the key itself).
 			for _, key := range []string{"email:case:CASE-1:sla-breach:v3", "order.42%:v1"} {
@@ -169,7 +169,7 @@ func TestSignedPerAttempt(t *testing.T) {
 	base := time.Now().Truncate(time.Second)
 	clock := []time.Time{base, base.Add(90 * time.Second)}
 	var calls int
-	wh := New(Config{URL: srv.URL, Timeout: Duration(longTimeout), SigningSecret: SigningSecrets{sec}})
+	wh := New(Config{URL: srv.URL, Timeout: longTimeout, SigningSecret: SigningSecrets{sec}})
 	wh.Now = func() time.Time { calls++; return clock[calls-1] }
 	in := sideeffectstest.Intent(t, "k-1", "fx", "p")
 	for range clock {
@@ -218,7 +218,7 @@ func TestSignedPerAttempt(t *testing.T) {
 func TestUnsignedWithoutSecret(t *testing.T) {
 	srv, got := capture(t)
 	in := sideeffectstest.Intent(t, "k", "fx", "p")
-	if res := New(Config{URL: srv.URL, Timeout: Duration(longTimeout)}).Call(context.Background(), in, in.Value); res.Outcome != effect.OutcomeSucceeded {
+	if res := New(Config{URL: srv.URL, Timeout: longTimeout}).Call(context.Background(), in, in.Value); res.Outcome != effect.OutcomeSucceeded {
 		t.Fatalf("call: %v %v", res.Outcome, res.Err)
 	}
 	for _, h := range []string{HeaderID, HeaderTimestamp, HeaderSignature} {

@@ -2,8 +2,9 @@
 // HTTP POST of the intent to the effect's URL, with the idempotency key in
 // the Idempotency-Key header (docs/contract.md#side-effect-webhook), signed
 // as the Standard Webhooks specification defines when the effect has a
-// signing secret (sign.go), and the answer classified as an effect.Outcome. Client is the one implementation
-// of sideeffects.Caller that the executor configures (EffectsFromConfig).
+// signing secret (sign.go), and the answer classified as an effect.Outcome.
+// Client is the one implementation of sideeffects.Caller that the
+// application configures, each effect's from its Config (config.go).
 //
 // Invariants (named in docs/design.md#invariants):
 //
@@ -58,11 +59,11 @@ var defaultClient = &http.Client{
 }
 
 // New returns the client of an effect's webhook configuration. A signing
-// secret that does not decode (a Config that did not pass config.Validate)
-// makes every call fail with the reason; a call is never sent unsigned when
-// secrets are configured.
+// secret that does not decode (SigningSecret.Key fails) makes every call
+// fail with the reason; a call is never sent unsigned when secrets are
+// configured.
 func New(c Config) *Client {
-	cl := &Client{URL: c.URL, Timeout: time.Duration(c.Timeout)}
+	cl := &Client{URL: c.URL, Timeout: c.Timeout}
 	if c.SigningSecret != nil {
 		cl.Signer, cl.err = NewSigner(c.SigningSecret)
 	}

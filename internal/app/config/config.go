@@ -8,28 +8,26 @@ import (
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/envelope"
-	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/sideeffects/effect"
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
-// Defaults. Zero values in a Config are replaced by these in ApplyDefaults.
-// A default of a setting a package owns is that package's constant. The
-// processor's three (marked) are the values of
-// processor.DefaultMaxRecordsPerTxn, DefaultHoldTimeout and DefaultMaxHeld,
-// which this package cannot name while sideeffects/effect imports it
-// (processor imports effect); wiring's TestConfigDefaultsAreTheProcessors
-// holds them equal.
+// Defaults. Zero values in a Config are replaced by these in ApplyDefaults,
+// and by those of the packages that use them: a side effect's
+// webhook.DefaultTimeout, effect.DefaultMaxAttempts and
+// effect.OnUnknownRetry. A default of a processor setting is the
+// processor's (or dedup's) own constant, declared once there.
 const (
-	DefaultTransactionTimeout       = eos.DefaultTransactionTimeout
-	DefaultMaxRecordsPerTransaction = 5000 // processor's
-	DefaultSessionTimeout           = eos.DefaultSessionTimeout
+	DefaultTransactionTimeout       = processor.DefaultTransactionTimeout
+	DefaultMaxRecordsPerTransaction = processor.DefaultMaxRecordsPerTxn
+	DefaultSessionTimeout           = processor.DefaultSessionTimeout
 	DefaultEmbeddedListen           = "127.0.0.1:9092"
-	DefaultEmbeddedPartitions       = eos.DefaultPartitions
+	DefaultEmbeddedPartitions       = processor.DefaultPartitions
 	DefaultCacheSize                = 64 << 20 // 64 MiB
 	DefaultDedupRetention           = dedup.DefaultRetention
-	DefaultHoldTimeout              = 5 * time.Minute // processor's
-	DefaultMaxHeldPerAggregate      = 10000           // processor's
-	DefaultWebhookTimeout           = 5 * time.Second
-	DefaultMaxAttempts              = 8
+	DefaultHoldTimeout              = processor.DefaultHoldTimeout
+	DefaultMaxHeldPerAggregate      = processor.DefaultMaxHeld
 	DefaultHTTPListen               = "127.0.0.1:9464"
 
 	// HTTPOff as http.listen disables the HTTP server.
@@ -51,10 +49,11 @@ const (
 	RuleDelete = "delete"
 )
 
-// Unknown-outcome policies (sideEffects[].onUnknown).
+// Unknown-outcome policies (sideEffects[].onUnknown): the executor's own
+// values, declared by package effect.
 const (
-	OnUnknownRetry = "retry"
-	OnUnknownPark  = "park"
+	OnUnknownRetry = effect.OnUnknownRetry
+	OnUnknownPark  = effect.OnUnknownPark
 )
 
 // SASL mechanisms (kafka.sasl.mechanism).
@@ -204,7 +203,9 @@ func (p *Projection) Selects(aggregateType string) bool {
 	return len(p.AggregateTypes) == 0 || slices.Contains(p.AggregateTypes, aggregateType)
 }
 
-// SideEffect is one external effect triggered by applied events.
+// SideEffect is one external effect triggered by applied events. The
+// wiring (internal/app/wiring) makes of it the processor's effect.Rule and
+// the executor's sideeffects.Effect, calling a webhook.Client.
 type SideEffect struct {
 	// Name is required, unique, [A-Za-z0-9._-]+.
 	Name string `yaml:"name"`
@@ -212,30 +213,42 @@ type SideEffect struct {
 	On []string `yaml:"on"`
 	// When optionally restricts it to events matching a condition.
 	When *Condition `yaml:"when"`
-	// Key is the idempotency key template; required. See ParseTemplate.
+	// Key is the idempotency key template; required. See effect.ParseTemplate.
 	Key string `yaml:"key"`
 	// Webhook is the executor target.
 	Webhook Webhook `yaml:"webhook"`
-	// MaxAttempts for retryable failures; default 8, 1..1000.
+	// MaxAttempts for retryable failures; default effect.DefaultMaxAttempts
+	// (8), 1..1000.
 	MaxAttempts int `yaml:"maxAttempts"`
 	// OnUnknown is retry | park; default retry.
 	OnUnknown string `yaml:"onUnknown"`
 }
 
-// KeyTemplate parses Key. It cannot fail for a validated Config.
-func (s *SideEffect) KeyTemplate() (Template, error) { return ParseTemplate(s.Key) }
+// Condition restricts a side effect to events whose Field equals Equals:
+// the YAML form of an effect.Condition, which says what they mean.
+type Condition struct {
+	// Field is a dotted path into the event envelope, e.g. eventType or
+	// payload.reasonCode.
+	Field string `yaml:"field"`
+	// Equals is the value to compare with; required and not null. From YAML
+	// it holds what encoding/json would decode into any (string, float64,
+	// bool, []any, map[string]any).
+	Equals any `yaml:"equals"`
+}
 
 // Webhook is an HTTP POST target.
 type Webhook struct {
 	// URL is an absolute http or https URL; required.
 	URL string `yaml:"url"`
-	// Timeout per request; default 5s.
+	// Timeout per request; default webhook.DefaultTimeout (5s).
 	Timeout Duration `yaml:"timeout"`
 	// SigningSecret, when set, signs every call as the Standard Webhooks
 	// specification defines (webhook-id, webhook-timestamp,
 	// webhook-signature): one secret, or several during a rotation, each
-	// whsec_ + base64 of a 24 to 64 byte key. Optional.
-	SigningSecret SigningSecrets `yaml:"signingSecret"`
+	// whsec_ + base64 of a 24 to 64 byte key. Optional. The secrets are the
+	// webhook's own type, which never prints its value (secret.go decodes
+	// and checks them).
+	SigningSecret webhook.SigningSecrets `yaml:"signingSecret"`
 }
 
 // HTTP configures the metrics and health endpoint server.
@@ -376,13 +389,13 @@ func (c *Config) ApplyDefaults() {
 	for i := range c.SideEffects {
 		s := &c.SideEffects[i]
 		if s.Webhook.Timeout == 0 {
-			s.Webhook.Timeout = Duration(DefaultWebhookTimeout)
+			s.Webhook.Timeout = Duration(webhook.DefaultTimeout)
 		}
 		if s.MaxAttempts == 0 {
-			s.MaxAttempts = DefaultMaxAttempts
+			s.MaxAttempts = effect.DefaultMaxAttempts
 		}
 		if s.OnUnknown == "" {
-			s.OnUnknown = OnUnknownRetry
+			s.OnUnknown = effect.OnUnknownRetry
 		}
 	}
 	if c.HTTP.Listen == "" {

@@ -25,6 +25,11 @@
 //   - Zero values mean "use the default" (so `maxAttempts: 0` is the same as
 //     leaving it out); negative values are errors.
 //
-// Key templates (side effects' idempotency keys) are parsed here too, so that
-// validation and expansion can never disagree: see ParseTemplate.
+// The side-effect domain owns what its settings mean: a side effect's key
+// template and condition are checked with package effect's own parser and
+// checks (effect.ParseTemplate, effect.Condition.Check), so that validation
+// and expansion can never disagree, and the defaults of a side effect are
+// effect's and webhook's constants. This package keeps the YAML form
+// (SideEffect, Condition, Webhook); internal/app/wiring converts it to the
+// library's types.
 package config

@@ -1,93 +1,38 @@
 package config
 
 // Webhook signing secrets (sideEffects[].webhook.signingSecret): the
-// Standard Webhooks form, decoded without ever printing the value.
+// Standard Webhooks form, decoded and checked without ever printing the
+// value. The secret's type, which never prints it, is the webhook's
+// (webhook.SigningSecret): one type wherever a secret is held.
 
 import (
-	"encoding/base64"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
-// SigningSecretPrefix starts a Standard Webhooks symmetric secret
-// (https://www.standardwebhooks.com/): whsec_ followed by the base64 of the
-// key.
-const SigningSecretPrefix = "whsec_"
-
-// Key sizes the Standard Webhooks specification gives for a symmetric
-// signing secret: 192 to 512 bits.
-const (
-	MinSigningKeyBytes = 24
-	MaxSigningKeyBytes = 64
-)
-
-// redacted is what a secret prints as, wherever it is printed.
-const redacted = "[redacted]"
-
-// SigningSecret is one webhook signing secret, whsec_ + base64 of the key.
-// It never prints its value: fmt (%v, %s, %q, %+v of a struct holding it),
-// slog and JSON all show [redacted]. Read it with Key.
-type SigningSecret string
-
-// String implements fmt.Stringer.
-func (SigningSecret) String() string { return redacted }
-
-// GoString implements fmt.GoStringer (%#v).
-func (SigningSecret) GoString() string { return redacted }
-
-// LogValue implements slog.LogValuer.
-func (SigningSecret) LogValue() slog.Value { return slog.StringValue(redacted) }
-
-// MarshalText implements encoding.TextMarshaler (JSON, YAML).
-func (SigningSecret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
-
-// Key decodes the secret into the HMAC key. The error describes what is
-// wrong without the value.
-func (s SigningSecret) Key() ([]byte, error) {
-	b64, ok := strings.CutPrefix(string(s), SigningSecretPrefix)
-	if !ok {
-		return nil, fmt.Errorf("not a Standard Webhooks secret: want %s followed by the base64 of a %d to %d byte key (the value is not shown)",
-			SigningSecretPrefix, MinSigningKeyBytes, MaxSigningKeyBytes)
-	}
-	key, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		// A CorruptInputError holds only the offset, never the input.
-		return nil, fmt.Errorf("the part after %s is not standard base64 (%v; the value is not shown)", SigningSecretPrefix, err)
-	}
-	if len(key) < MinSigningKeyBytes || len(key) > MaxSigningKeyBytes {
-		return nil, fmt.Errorf("the key is %d bytes; the Standard Webhooks specification wants %d to %d",
-			len(key), MinSigningKeyBytes, MaxSigningKeyBytes)
-	}
-	return key, nil
-}
-
-// SigningSecrets are the secrets a webhook is signed with: every call
-// carries one signature per secret, so that a receiver holding any one of
-// them can verify it (rotation without downtime: list the new secret and
-// the old one until every receiver has the new one). The YAML value is one
-// secret, a list of them, or one string of several separated by spaces (so
-// that a single environment variable can carry a rotation).
-type SigningSecrets []SigningSecret
-
-var signingSecretsType = reflect.TypeFor[SigningSecrets]()
+// The YAML value is one secret, a list of them, or one string of several
+// separated by spaces (so that a single environment variable can carry a
+// rotation).
+var signingSecretsType = reflect.TypeFor[webhook.SigningSecrets]()
 
 // decodeSigningSecrets decodes signingSecret from its resolved, non-null
 // node. Its messages name the YAML type at most, never the value (describe
 // would quote it).
-func (d *decoder) decodeSigningSecrets(n *yaml.Node, path string) (SigningSecrets, bool) {
+func (d *decoder) decodeSigningSecrets(n *yaml.Node, path string) (webhook.SigningSecrets, bool) {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		out := SigningSecrets{}
+		out := webhook.SigningSecrets{}
 		for _, f := range strings.Fields(n.Value) {
-			out = append(out, SigningSecret(f))
+			out = append(out, webhook.SigningSecret(f))
 		}
 		return out, true
 	case yaml.SequenceNode:
-		out := make(SigningSecrets, 0, len(n.Content))
+		out := make(webhook.SigningSecrets, 0, len(n.Content))
 		for i, e := range n.Content {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			d.lines[p] = e.Line
@@ -96,14 +41,14 @@ func (d *decoder) decodeSigningSecrets(n *yaml.Node, path string) (SigningSecret
 				return nil, false
 			}
 			if e.Kind != yaml.ScalarNode || isNull(e) {
-				d.fail(p, e, "expected a %s… secret, got %s", SigningSecretPrefix, kindName(e))
+				d.fail(p, e, "expected a %s… secret, got %s", webhook.SigningSecretPrefix, kindName(e))
 				return nil, false
 			}
-			out = append(out, SigningSecret(e.Value))
+			out = append(out, webhook.SigningSecret(e.Value))
 		}
 		return out, true
 	}
-	d.fail(path, n, "expected a %s… secret or a list of them, got %s", SigningSecretPrefix, kindName(n))
+	d.fail(path, n, "expected a %s… secret or a list of them, got %s", webhook.SigningSecretPrefix, kindName(n))
 	return nil, false
 }
 
@@ -122,15 +67,15 @@ func kindName(n *yaml.Node) string {
 
 // validateSigningSecrets checks each secret's form (never printing it) and
 // that none is listed twice. key is the signingSecret key's path.
-func validateSigningSecrets(l *errorList, key string, ss SigningSecrets) {
+func validateSigningSecrets(l *errorList, key string, ss webhook.SigningSecrets) {
 	if ss == nil {
 		return
 	}
 	if len(ss) == 0 {
-		l.add(key, "empty: give a %s… secret (or a list of them), or leave the key out for unsigned calls", SigningSecretPrefix)
+		l.add(key, "empty: give a %s… secret (or a list of them), or leave the key out for unsigned calls", webhook.SigningSecretPrefix)
 		return
 	}
-	seen := map[SigningSecret]int{}
+	seen := map[webhook.SigningSecret]int{}
 	for i, s := range ss {
 		k := key
 		if len(ss) > 1 {

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
 // secretOf returns a valid whsec_ secret of an n-byte key filled with b.
 func secretOf(n int, b byte) string {
-	return SigningSecretPrefix + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, n))
+	return webhook.SigningSecretPrefix + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, n))
 }
 
 const signedEffect = `name: p
@@ -59,7 +61,7 @@ func TestSigningSecretForms(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Key: %v", err)
 				}
-				want, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(tc.want[i], SigningSecretPrefix))
+				want, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(tc.want[i], webhook.SigningSecretPrefix))
 				if !bytes.Equal(key, want) {
 					t.Errorf("key %d: got %x", i, key)
 				}
@@ -96,7 +98,7 @@ func TestSigningSecretErrors(t *testing.T) {
 				t.Errorf("message %q does not say %q", e.Msg, tc.msg)
 			}
 			for _, s := range tc.secrets {
-				if strings.Contains(err.Error(), s) || strings.Contains(err.Error(), strings.TrimPrefix(s, SigningSecretPrefix)) {
+				if strings.Contains(err.Error(), s) || strings.Contains(err.Error(), strings.TrimPrefix(s, webhook.SigningSecretPrefix)) {
 					t.Errorf("the message shows a secret: %q", err.Error())
 				}
 			}
@@ -104,12 +106,15 @@ func TestSigningSecretErrors(t *testing.T) {
 	}
 }
 
+// redacted is what a webhook.SigningSecret prints as.
+const redacted = "[redacted]"
+
 // TestSigningSecretNeverPrinted: the ways a configuration gets printed (fmt
 // verbs on the struct, slog text and JSON, encoding/json) show [redacted].
 func TestSigningSecretNeverPrinted(t *testing.T) {
 	s := secretOf(32, 'p')
-	w := Webhook{URL: "http://h/x", SigningSecret: SigningSecrets{SigningSecret(s)}}
-	body := strings.TrimPrefix(s, SigningSecretPrefix)
+	w := Webhook{URL: "http://h/x", SigningSecret: webhook.SigningSecrets{webhook.SigningSecret(s)}}
+	body := strings.TrimPrefix(s, webhook.SigningSecretPrefix)
 	var outs []string
 	for _, f := range []string{"%v", "%+v", "%#v", "%s", "%q"} {
 		outs = append(outs, fmt.Sprintf(f, w), fmt.Sprintf(f, w.SigningSecret[0]))

@@ -1,8 +1,7 @@
 package config
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,47 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/projector-dev/projector/sideeffects/effect"
 )
-
-// Condition restricts a side effect to events whose Field equals Equals.
-type Condition struct {
-	// Field is a dotted path into the event envelope: an envelope field name
-	// (eventId, eventType, aggregateId, aggregateType, aggregateVersion,
-	// tenantId, occurredAt, correlationId, causationId, producer), or
-	// payload / payload.<path>.
-	Field string `yaml:"field"`
-	// Equals is the value to compare with; required and not null. From YAML
-	// it holds what encoding/json would decode into any (string, float64,
-	// bool, []any, map[string]any).
-	Equals any `yaml:"equals"`
-}
-
-// Path returns Field split at the dots, e.g. ["payload", "reasonCode"].
-func (c *Condition) Path() []string { return strings.Split(c.Field, ".") }
-
-// Match reports whether v, the value found at Field, equals Equals. Values
-// are compared by their JSON encodings, so 1 and 1.0 match, and objects
-// match regardless of key order.
-func (c *Condition) Match(v any) bool {
-	a, err1 := json.Marshal(normalizeNumber(v))
-	b, err2 := json.Marshal(normalizeNumber(c.Equals))
-	return err1 == nil && err2 == nil && bytes.Equal(a, b)
-}
-
-func normalizeNumber(v any) any {
-	if n, ok := v.(json.Number); ok {
-		if f, err := n.Float64(); err == nil {
-			return f
-		}
-	}
-	return v
-}
-
-// EnvelopeFields are the envelope field names a condition may start with.
-var EnvelopeFields = []string{
-	"eventId", "eventType", "aggregateId", "aggregateType", "aggregateVersion",
-	"tenantId", "occurredAt", "correlationId", "causationId", "producer", "payload",
-}
 
 // splitBrokers interprets the scalar form of kafka.brokers.
 func splitBrokers(s string) (brokers []string, embedded bool) {
@@ -322,17 +283,26 @@ func (c *Config) validateSideEffects(l *errorList) {
 		}
 		checkDistinct(l, key+".on", s.On)
 		if w := s.When; w != nil {
-			if msg := checkFieldPath(w.Field); msg != "" {
-				l.add(key+".when.field", "%s", msg)
-			}
-			if w.Equals == nil {
-				l.add(key+".when.equals", "required (a string, number, boolean, list or mapping; not null)")
+			// The condition's meaning is effect's: so are its checks.
+			cond := effect.Condition{Field: w.Field, Equals: w.Equals}
+			for _, err := range joined(cond.Check()) {
+				var ce *effect.ConditionError
+				if errors.As(err, &ce) {
+					l.add(key+".when."+ce.Member, "%s", ce.Reason)
+				} else {
+					l.add(key+".when", "%v", err)
+				}
 			}
 		}
 		if s.Key == "" {
 			l.add(key+".key", "required: an idempotency key template such as \"%s:{aggregateId}:v{aggregateVersion}\"", s.Name)
-		} else if _, err := parseTemplate(s.Key); err != nil {
-			l.add(key+".key", "%v", err)
+		} else if _, err := effect.ParseTemplate(s.Key); err != nil {
+			var te *effect.TemplateError
+			if errors.As(err, &te) {
+				l.add(key+".key", "%s", te.Reason) // the key names the template
+			} else {
+				l.add(key+".key", "%v", err)
+			}
 		}
 		checkURL(l, key+".webhook.url", s.Webhook.URL)
 		positive(l, key+".webhook.timeout", s.Webhook.Timeout)
@@ -340,6 +310,17 @@ func (c *Config) validateSideEffects(l *errorList) {
 		between(l, key+".maxAttempts", s.MaxAttempts, 1, 1000)
 		oneOf(l, key+".onUnknown", s.OnUnknown, OnUnknownRetry, OnUnknownPark)
 	}
+}
+
+// joined is the members of an errors.Join, or err alone (none for nil).
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 func checkName(l *errorList, key, name string) bool {
@@ -398,23 +379,6 @@ func checkURL(l *errorList, key, raw string) {
 	case u.Host == "":
 		l.add(key, "missing host in %q", raw)
 	}
-}
-
-func checkFieldPath(field string) string {
-	if field == "" {
-		return "required: an envelope field such as eventType or payload.reasonCode"
-	}
-	segs := strings.Split(field, ".")
-	if !slices.Contains(EnvelopeFields, segs[0]) {
-		return fmt.Sprintf("must start with an envelope field (%s), got %q", strings.Join(EnvelopeFields, ", "), field)
-	}
-	if len(segs) > 1 && segs[0] != "payload" {
-		return fmt.Sprintf("only payload has nested fields, got %q", field)
-	}
-	if slices.Contains(segs, "") {
-		return fmt.Sprintf("empty path segment in %q", field)
-	}
-	return ""
 }
 
 func positive(l *errorList, key string, d Duration) {

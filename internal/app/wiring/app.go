@@ -175,10 +175,8 @@ func derive(cfg *config.Config) (d derived, err error) {
 	if d.policy, err = projection.ParsePolicy(cfg.Gaps.OnTimeout); err != nil {
 		return d, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
-	if len(cfg.SideEffects) > 0 {
-		if d.rules, err = effect.NewRules(cfg.SideEffects); err != nil {
-			return d, &config.Error{Key: "sideEffects", Msg: err.Error()}
-		}
+	if d.rules, err = EffectRules(cfg); err != nil {
+		return d, err
 	}
 	return d, checkIngress(cfg)
 }
@@ -376,7 +374,7 @@ func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error 
 	wc := sideeffects.WorkerConfig{
 		Session:      sideeffects.Session(a.session(cfg, copts, a.Logger.With("component", "executor"))),
 		EffectsTopic: cfg.Kafka.EffectsTopic,
-		Effects:      sideeffects.EffectsFromConfig(cfg.SideEffects),
+		Effects:      effects(SideEffects(cfg.SideEffects)),
 	}
 	seam.Executor(&wc, seam.Seams{Store: a.ExecutorStore, Hooks: o.ExecutorHooks})
 	a.Executor, err = sideeffects.NewWorker(wc)

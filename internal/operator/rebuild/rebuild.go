@@ -29,7 +29,6 @@ import (
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
-	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
 // DefaultPollInterval is how often Run reads the group's committed offsets.
@@ -379,14 +378,14 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 		Mode: processor.Rebuild, StartOffset: &startOffset,
 	}
 	seam.Processor(&pcfg, seam.Seams{Store: store, Hooks: o.Hooks})
-	if len(cfg.SideEffects) > 0 {
-		// The rules run so that what live would have emitted is counted as
-		// suppressed; in rebuild mode the processor never produces it.
-		rules, err := effect.NewRules(cfg.SideEffects)
-		if err != nil {
-			store.Close()
-			return nil, nil, &config.Error{Key: "sideEffects", Msg: err.Error()}
-		}
+	// The rules run so that what live would have emitted is counted as
+	// suppressed; in rebuild mode the processor never produces it.
+	rules, err := wiring.EffectRules(cfg)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	if rules != nil { // an interface: a nil *effect.Rules in it is not nil
 		pcfg.EffectRules = rules
 	}
 	p, err := processor.New(pcfg)

@@ -1,4 +1,4 @@
-package config
+package effect
 
 import (
 	"errors"
@@ -6,19 +6,30 @@ import (
 	"strings"
 )
 
+// Key templates: the idempotency key of a Rule's intents, such as
+// "email:case:{aggregateId}:sla-breach:v{aggregateVersion}". Parsed here, by
+// NewRules and by the configuration's validation alike, so that the two can
+// never disagree on what a template is.
+//
+// The texts of a template's errors start "config: template", as they did
+// when the configuration package parsed templates: a template is
+// configuration (a file's sideEffects[].key, or a Go program's Rule.Key), and
+// the text of a key that could not be built reaches dead-letter records
+// (projector-error), which kept their text when templates moved here.
+
 // ErrNoValue is wrapped by Template.Expand when lookup has no value for a
 // placeholder.
 var ErrNoValue = errors.New("no value for placeholder")
 
-// Template placeholders. A template may also use {payload.<dotted.path>},
-// e.g. {payload.customer.id}.
+// templateNames are the placeholders besides {payload.<dotted.path>}, e.g.
+// {payload.customer.id}.
 var templateNames = []string{
 	"eventId", "eventType", "aggregateId", "aggregateType", "aggregateVersion",
 	"tenantId", "projection", "effect",
 }
 
-// PayloadPrefix starts a payload placeholder: {payload.a.b}.
-const PayloadPrefix = "payload."
+// payloadPrefix starts a payload placeholder: {payload.a.b}.
+const payloadPrefix = "payload."
 
 // Template is a parsed key template such as
 // "email:case:{aggregateId}:sla-breach:v{aggregateVersion}". Text outside
@@ -34,31 +45,37 @@ type templatePart struct {
 	name string // placeholder name without braces
 }
 
-// ParseTemplate parses s. Allowed placeholders: {eventId} {eventType}
-// {aggregateId} {aggregateType} {aggregateVersion} {tenantId} {projection}
-// {effect} and {payload.<dotted.path>} (non-empty segments, no braces).
-func ParseTemplate(s string) (Template, error) {
-	parts, err := parseTemplate(s)
-	if err != nil {
-		return Template{}, fmt.Errorf("config: template %q: %w", s, err)
-	}
-	return Template{src: s, parts: parts}, nil
+// TemplateError is a template ParseTemplate refuses. Reason says what is
+// wrong without the template (the configuration reports it under the key
+// that holds the template).
+type TemplateError struct {
+	Template string // the template as given
+	Reason   string // e.g. "unbalanced '{' at offset 3"
 }
 
-func parseTemplate(s string) ([]templatePart, error) {
+// Error returns `config: template "<template>": <reason>`.
+func (e *TemplateError) Error() string {
+	return fmt.Sprintf("config: template %q: %s", e.Template, e.Reason)
+}
+
+// ParseTemplate parses s. Allowed placeholders: {eventId} {eventType}
+// {aggregateId} {aggregateType} {aggregateVersion} {tenantId} {projection}
+// {effect} and {payload.<dotted.path>} (non-empty segments, no braces). The
+// error is a *TemplateError.
+func ParseTemplate(s string) (Template, error) {
 	var parts []templatePart
 	for i := 0; i < len(s); {
 		switch s[i] {
 		case '}':
-			return nil, fmt.Errorf("unbalanced '}' at offset %d", i)
+			return Template{}, &TemplateError{Template: s, Reason: fmt.Sprintf("unbalanced '}' at offset %d", i)}
 		case '{':
 			end := strings.IndexAny(s[i+1:], "{}")
 			if end < 0 || s[i+1+end] == '{' {
-				return nil, fmt.Errorf("unbalanced '{' at offset %d", i)
+				return Template{}, &TemplateError{Template: s, Reason: fmt.Sprintf("unbalanced '{' at offset %d", i)}
 			}
 			name := s[i+1 : i+1+end]
-			if err := checkPlaceholder(name); err != nil {
-				return nil, err
+			if reason := checkPlaceholder(name); reason != "" {
+				return Template{}, &TemplateError{Template: s, Reason: reason}
 			}
 			parts = append(parts, templatePart{name: name})
 			i += end + 2
@@ -71,27 +88,29 @@ func parseTemplate(s string) ([]templatePart, error) {
 			i += end
 		}
 	}
-	return parts, nil
+	return Template{src: s, parts: parts}, nil
 }
 
-func checkPlaceholder(name string) error {
+// checkPlaceholder says what is wrong with a placeholder's name ("" when
+// nothing is).
+func checkPlaceholder(name string) string {
 	if name == "" {
-		return fmt.Errorf("empty placeholder {}")
+		return "empty placeholder {}"
 	}
 	for _, n := range templateNames {
 		if name == n {
-			return nil
+			return ""
 		}
 	}
-	if path, ok := strings.CutPrefix(name, PayloadPrefix); ok {
+	if path, ok := strings.CutPrefix(name, payloadPrefix); ok {
 		for _, seg := range strings.Split(path, ".") {
 			if seg == "" {
-				return fmt.Errorf("placeholder {%s} has an empty path segment", name)
+				return fmt.Sprintf("placeholder {%s} has an empty path segment", name)
 			}
 		}
-		return nil
+		return ""
 	}
-	return fmt.Errorf("unknown placeholder {%s}; allowed: {%s} and {payload.<path>}",
+	return fmt.Sprintf("unknown placeholder {%s}; allowed: {%s} and {payload.<path>}",
 		name, strings.Join(templateNames, "} {"))
 }
 
