@@ -32,6 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
@@ -157,7 +158,7 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := in.p.Stats().Outcome("duplicate"); got != int64(exp.Duplicates) {
+	if got := in.p.Stats().Outcome(processor.OutcomeDuplicate); got != int64(exp.Duplicates) {
 		t.Errorf("duplicates: got %d, want %d", got, exp.Duplicates)
 	}
 	out := e.read(projTopic)
@@ -180,7 +181,7 @@ func TestFaultZombieFenced(t *testing.T) {
 	inTxn := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int64
-	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &processor.Hooks{
+	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &eos.Hooks{
 		AfterStage: func() error {
 			if calls.Add(1) == 3 {
 				close(inTxn)
@@ -221,8 +222,8 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 	recs, exp := genWorkload(seed, 30_000, 3_000, nil)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var mu sync.Mutex
-	slow := func() *processor.Hooks {
-		return &processor.Hooks{AfterStage: func() error {
+	slow := func() *eos.Hooks {
+		return &eos.Hooks{AfterStage: func() error {
 			mu.Lock()
 			d := time.Duration(rng.IntN(150)) * time.Millisecond
 			mu.Unlock()
@@ -323,7 +324,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					return e.start(instOpts{maxRecs: 300})
 				}
 				in, err := e.startWith(instOpts{maxRecs: 300}, state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20},
-					func(c *processor.Config) { growMemtable(t, c.Store) })
+					func(_ *processor.Config, st *state.Store) { growMemtable(t, st) })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -389,7 +390,7 @@ func TestFaultOutOfOrderVersions(t *testing.T) {
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := in.p.Stats().Outcome("held"); got != int64(exp.Held) || got == 0 {
+	if got := in.p.Stats().Outcome(processor.OutcomeHeld); got != int64(exp.Held) || got == 0 {
 		t.Errorf("held: got %d, want %d (> 0)", got, exp.Held)
 	}
 	e.checkFigure(exp, len(recs), 0, exp.Held, seed)
@@ -449,8 +450,8 @@ func TestFaultGapNeverFilled(t *testing.T) {
 			e.waitCaughtUp(time.Minute)
 			// The group's offsets move at the Kafka commit; the counters
 			// only once that transaction's Pebble write landed (AsyncCommit).
-			if err := testkit.WaitFor(context.Background(), time.Minute, func() bool { return in.p.Stats().Outcome("held") == 2 }); err != nil {
-				t.Fatalf("held: %d, want 2 (%v)", in.p.Stats().Outcome("held"), err)
+			if err := testkit.WaitFor(context.Background(), time.Minute, func() bool { return in.p.Stats().Outcome(processor.OutcomeHeld) == 2 }); err != nil {
+				t.Fatalf("held: %d, want 2 (%v)", in.p.Stats().Outcome(processor.OutcomeHeld), err)
 			}
 			clock.set(2 * time.Minute) // the hold timeout passes
 			deadline := time.Now().Add(time.Minute)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
@@ -57,7 +56,7 @@ func expireGapsAtOnce(t *testing.T, n int, policy projection.Policy) expiryRun {
 	}
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 5000, policy: policy, hold: time.Minute, now: clock.now})
-	in.p.Stats().Observe(func(o eos.TxnObservation) {
+	in.p.Stats().Observe(func(o processor.TxnObservation) {
 		mu.Lock()
 		defer mu.Unlock()
 		if o.Result != "committed" {

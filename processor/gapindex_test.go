@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
-	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )
 
@@ -80,7 +80,7 @@ func TestGapExpiryWaitsForTheMovedGap(t *testing.T) {
 	e := newEnv(t, 1)
 	var clock skewedClock
 	var armed atomic.Bool
-	hooks := &processor.Hooks{AfterCommit: func() error {
+	hooks := &eos.Hooks{AfterCommit: func() error {
 		if armed.CompareAndSwap(true, false) {
 			clock.set(65 * time.Second)
 		}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/processor"
 )
 
 // waitProgress waits until the instance committed at least n transactions.
@@ -143,7 +145,7 @@ func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
 	if injected.Load() != 5 || aborts < injected.Load() {
 		t.Fatalf("injected %d offset-commit failures, processor aborted %d transactions", injected.Load(), aborts)
 	}
-	if got := in.p.Stats().Outcome("duplicate"); got != int64(exp.Duplicates) {
+	if got := in.p.Stats().Outcome(processor.OutcomeDuplicate); got != int64(exp.Duplicates) {
 		t.Errorf("duplicates: got %d, want %d (an aborted transaction left dedup marks)", got, exp.Duplicates)
 	}
 	e.verify(exp, fmtFigure(len(recs), exp.Duplicates, 0, int(aborts)))

@@ -113,17 +113,16 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := sideeffects.NewWorker(sideeffects.WorkerConfig{
+		w, err := sideeffects.NewWorker(withStore(st, sideeffects.WorkerConfig{
 			Session: sideeffects.Session{
-				Name: "fx", InstanceID: id, Brokers: brokers, DeadLetterTopic: "fx.dlq", Store: st,
-				Partitions: 2, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
+				Name: "fx", InstanceID: id, Brokers: brokers, DeadLetterTopic: "fx.dlq", Partitions: 2, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
 				Logger: slog.New(logs).With("instance", id),
 			},
 			EffectsTopic: topic,
 			Effects:      effects(id), Workers: 8,
 
 			OnChange: onChange,
-		})
+		}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -187,7 +187,7 @@ func TestExecutorHTMLPayloadCalledOnce(t *testing.T) {
 	ws := a.Executor.Stats()
 	waitFor(t, time.Minute, "the HTML event's effect to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 1
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 1
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)
@@ -198,7 +198,7 @@ func TestExecutorHTMLPayloadCalledOnce(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "the small event's effect to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 2
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 2
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)
@@ -273,7 +273,7 @@ func TestExecutorLongAnswersBounded(t *testing.T) {
 	ws := a.Executor.Stats()
 	waitFor(t, 2*time.Minute, "the effect to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 1
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 1
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)
@@ -330,7 +330,7 @@ func TestExecutorIntentTooLargeForLedger(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "the intent after it to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 1
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 1
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/projector-dev/projector/internal/core/state"
 )
 
 var t0 = time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
@@ -179,4 +181,10 @@ func runRunner(t *testing.T, r *Runner) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// withStore is c running on st, a store the test opened itself.
+func withStore(st *state.Store, c WorkerConfig) WorkerConfig {
+	c.seams.Store = st
+	return c
 }

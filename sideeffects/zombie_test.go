@@ -377,10 +377,10 @@ func startFxWorker(t *testing.T, o fxOpts) *fxWorker {
 		t.Fatal(err)
 	}
 	fw := &fxWorker{id: o.id, st: st, done: make(chan error, 1)}
-	fw.w, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
+	fw.w, err = sideeffects.NewWorker(withStore(st, sideeffects.WorkerConfig{
 		Session: sideeffects.Session{
 			Name: fxName, InstanceID: o.id, Brokers: o.brokers, ClientOpts: o.clientOpts,
-			DeadLetterTopic: fxName + ".deadletter", Store: st, Partitions: 2,
+			DeadLetterTopic: fxName + ".deadletter", Partitions: 2,
 			TransactionTimeout: o.transactionTimeout, SessionTimeout: o.sessionTimeout,
 			Logger: fxLogger().With("instance", o.id),
 		},
@@ -396,7 +396,7 @@ func startFxWorker(t *testing.T, o fxOpts) *fxWorker {
 			fw.changes = append(fw.changes, fxChange{at: time.Now(), entry: e})
 			fw.mu.Unlock()
 		},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

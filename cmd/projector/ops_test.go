@@ -36,6 +36,7 @@ import (
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/processor"
 	sideeffect "github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -173,7 +174,7 @@ func TestGapsInspectSkip(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := w.app.Processor.Stats()
-	waitUntil(t, "3 held events", time.Minute, func() bool { return st.Events("overview", "held") >= 3 })
+	waitUntil(t, "3 held events", time.Minute, func() bool { return st.Events("overview", processor.OutcomeHeld) >= 3 })
 
 	// gaps list against the running worker.
 	code, out, errOut := runCmd(runGaps, "list", "--config", cfgPath)

@@ -21,9 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/app/ingress"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/receipt"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/processor"
 )
 
 // claimConfig is a worker whose projection fires a side effect for every
@@ -99,7 +99,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 
 // claimWorkers runs n workers of claimConfig on broker addr, each with its
 // own state directory under dir and the hooks given (nil: none).
-func claimWorkers(t *testing.T, addr, dir, timeout, sink string, n int, hooks *processor.Hooks) []*worker {
+func claimWorkers(t *testing.T, addr, dir, timeout, sink string, n int, hooks *eos.Hooks) []*worker {
 	t.Helper()
 	ws := make([]*worker, n)
 	for i := range ws {
@@ -167,7 +167,7 @@ func testOneKeyOneEvent(t *testing.T, instances int) {
 	t.Cleanup(sink.Close)
 	var hold atomic.Bool
 	release := make(chan struct{})
-	hooks := &processor.Hooks{AfterStage: func() error {
+	hooks := &eos.Hooks{AfterStage: func() error {
 		if hold.Load() {
 			<-release
 		}

@@ -23,9 +23,9 @@ import (
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/receipt"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/processor"
 )
 
 const workerConfig = `name: ing
@@ -56,7 +56,7 @@ type worker struct {
 }
 
 // startWorker runs a worker against brokers; hooks may hold its transactions.
-func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hooks *processor.Hooks, extraYAML ...string) *worker {
+func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hooks *eos.Hooks, extraYAML ...string) *worker {
 	t.Helper()
 	src := fmt.Sprintf(workerConfig, brokers, instance, filepath.Join(t.TempDir(), "state"), requireTenant) + strings.Join(extraYAML, "")
 	return startWorkerFrom(t, src, instance, hooks)
@@ -64,7 +64,7 @@ func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hoo
 
 // startWorkerFrom runs a worker of the configuration src and waits until it
 // is ready.
-func startWorkerFrom(t *testing.T, src, instance string, hooks *processor.Hooks) *worker {
+func startWorkerFrom(t *testing.T, src, instance string, hooks *eos.Hooks) *worker {
 	t.Helper()
 	cfg, err := config.Parse([]byte(src), nil)
 	if err != nil {
@@ -216,7 +216,7 @@ func TestIngressTable(t *testing.T) {
 	b, brokers := testkit.Broker(t, 2, "events")
 	var hold atomic.Bool
 	release := make(chan struct{})
-	hooks := &processor.Hooks{AfterStage: func() error {
+	hooks := &eos.Hooks{AfterStage: func() error {
 		if hold.Load() {
 			<-release
 		}
@@ -508,7 +508,7 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 	b, brokers := testkit.Broker(t, 2, "events")
 	var hold atomic.Bool
 	release := make(chan struct{})
-	hooks := &processor.Hooks{AfterStage: func() error {
+	hooks := &eos.Hooks{AfterStage: func() error {
 		if hold.Load() {
 			<-release
 		}

@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
 )
 
 // Hooks are the processor's test hooks.
-type Hooks = processor.Hooks
+type Hooks = eos.Hooks
 
 // TestRebuildEqualsLive is docs/design.md#no-effects-in-rebuild and
 // docs/design.md#rebuild-equals-live at scale (acceptance 1 and 4 of #5): a
@@ -99,7 +100,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 	// suppressed, produced none (the intents topic holds live's only: an
 	// intent produced by the rebuild would reach the live executor) and
 	// called nothing.
-	enqueued := a.Processor.Stats().Effects(effectName, "enqueued")
+	enqueued := a.Processor.Stats().Effects(effectName, processor.IntentEnqueued)
 	if enqueued == 0 {
 		t.Fatal("the workload produced no side effects")
 	}
