@@ -109,17 +109,6 @@ func (w *worker) close() {
 	w.stop = nil
 }
 
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runCmd runs a command function as main does and returns its exit code and output.
 func runCmd(fn func(context.Context, []string, io.Writer, io.Writer) error, args ...string) (int, string, string) {
 	var o, e bytes.Buffer
@@ -173,7 +162,7 @@ func TestGapsInspectSkip(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := w.app.Processor.Stats()
-	waitUntil(t, "3 held events", time.Minute, func() bool { return st.Events("overview", "held") >= 3 })
+	testkit.Await(t, time.Minute, "3 held events", func() bool { return st.Events("overview", "held") >= 3 })
 
 	// gaps list against the running worker.
 	code, out, errOut := runCmd(runGaps, "list", "--config", cfgPath)
@@ -276,7 +265,7 @@ func TestGapsInspectSkip(t *testing.T) {
 		t.Fatalf("gaps skip with the worker stopped: exit %d\n%s%s", code, out, errOut)
 	}
 	w = startOpsWorker(t, cfgPath)
-	waitUntil(t, "CASE-7 v2 on overview.v1", time.Minute, func() bool {
+	testkit.Await(t, time.Minute, "CASE-7 v2 on overview.v1", func() bool {
 		return fmt.Sprint(projectionVersions(t, w.app.Brokers, "overview.v1")["CASE-7"]) == "[2]"
 	})
 	code, out, _ = runCmd(runGaps, "list", "--config", cfgPath)
