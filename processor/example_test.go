@@ -98,7 +98,7 @@ func Example_goProjection() {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
 	for p.Stats().Events("customer-totals", "applied") < 3 && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // sleep ok: polls for the condition; an example cannot use internal/harness/testkit
 	}
 	stop()
 	if err := <-done; err != nil {
