@@ -211,6 +211,7 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		// had running when it lost it is still going; slow ones let w2
 		// retry the keys w1 left unknown.
 		if life%2 == 1 {
+			// sleep ok: paces the life (w2 keeps the partition past the deadline of w1's unknown calls, so it may retry them); nothing is asserted on it.
 			time.Sleep(timeout + sideeffects.DeadlineMargin + 500*time.Millisecond)
 		}
 		stop(w2)
@@ -218,7 +219,7 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		if recovered.Load() > before {
 			caught++
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // sleep ok: paces the lives; the test then waits for conditions
 	}
 	stopProducing()
 	<-produced

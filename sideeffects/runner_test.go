@@ -623,7 +623,7 @@ func (s slowStartStore) Update(fn func(*effect.Ledger) error) error {
 		return err
 	})
 	if err == nil && started {
-		time.Sleep(s.delay())
+		time.Sleep(s.delay()) // sleep ok: the fault itself, a slow commit of the in-flight mark
 	}
 	return err
 }

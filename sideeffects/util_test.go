@@ -71,7 +71,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	rc.bodies[key] = body
 	rc.mu.Unlock()
 	if rc.delay > 0 {
-		time.Sleep(rc.delay)
+		time.Sleep(rc.delay) // sleep ok: the receiver's answer time, part of the scenario
 	}
 	if rc.behave != nil && rc.behave(rc, w, r, key, count) {
 		return

@@ -16,6 +16,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -428,7 +429,7 @@ kafka:
   tls: {enabled: true, caFile: %q}
   sasl: {mechanism: SCRAM-SHA-512, username: projector, password: "${KAFKA_PASSWORD}"}
 state: {dir: %q}
-http: {listen: "off"}
+http: {listen: %q}
 projections:
   - name: overview
     topic: overview.v1
@@ -449,7 +450,8 @@ func TestRunTLSSASLBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	cfgPath := writeConfig(t, fmt.Sprintf(secureRunConfig, b.Addr(), caFile, filepath.Join(t.TempDir(), "state")))
+	httpAddr := freeAddr(t)
+	cfgPath := writeConfig(t, fmt.Sprintf(secureRunConfig, b.Addr(), caFile, filepath.Join(t.TempDir(), "state"), httpAddr))
 
 	t.Run("right secret", func(t *testing.T) {
 		t.Setenv("KAFKA_PASSWORD", "s3cret")
@@ -457,7 +459,12 @@ func TestRunTLSSASLBinary(t *testing.T) {
 		// creates inputs only on the embedded broker).
 		createSecureTopic(t, b.Addr(), caFile, "events")
 		cmd, stderr := startWorker(t, "run", "--config", cfgPath)
-		time.Sleep(2 * time.Second) // a bad handshake fails well within this
+		// Ready: it has joined the group and holds its partitions, so
+		// every handshake (TLS, SASL) went through.
+		testkit.Await(t, time.Minute, "the worker to be ready over TLS+SASL", func() bool {
+			code, _ := httpGet(httpAddr, "/readyz")
+			return code == http.StatusOK
+		})
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

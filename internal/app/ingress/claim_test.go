@@ -73,7 +73,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 		req.Header.Set(ingress.HeaderTenant, tenant)
 		resp, err := c.hc.Do(req)
 		if err != nil {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: the client's retry pause
 			continue
 		}
 		b, err := io.ReadAll(resp.Body)
@@ -81,7 +81,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 		r := reply{resp.StatusCode, resp.Header, b}
 		switch {
 		case err != nil, r.code >= 500, r.code == http.StatusConflict && r.hdr.Get("Retry-After") != "":
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: the client's retry pause
 		case r.code == http.StatusAccepted:
 			if c.accepted != nil {
 				c.accepted()
@@ -89,7 +89,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 			if c.polled != nil {
 				<-c.polled
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: the client's pause before it polls again
 		default:
 			return r, nil
 		}

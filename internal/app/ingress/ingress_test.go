@@ -100,7 +100,7 @@ func startWorkerFrom(t *testing.T, src, instance string, hooks *processor.Hooks)
 			_, why := a.Ready()
 			t.Fatalf("worker %s not ready: %s", instance, why)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 	}
 	return w
 }
@@ -547,7 +547,7 @@ func TestIngressReceiptOutlivesDedup(t *testing.T) {
 	if first.code != 201 {
 		t.Fatalf("first: %d %s", first.code, first.body)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the dedup retention
+	time.Sleep(1500 * time.Millisecond) // sleep ok: real time must pass the 1 s dedup retention (no injected clock here); the retry is the check
 	r := post(t, w.url, "k-e", "", body)
 	if r.code != 200 || !bytes.Equal(r.body, first.body) || r.hdr.Get(ingress.HeaderReplayed) != "true" {
 		t.Fatalf("retry after the dedup retention: %d %s, want 200 and %s", r.code, r.body, first.body)
