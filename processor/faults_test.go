@@ -128,6 +128,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 				if tc.apply {
 					// Hold it past the client's request timeout (10s
 					// overhead), then let the broker commit it.
+					// sleep ok: the fault itself (kfake holds the request past the client's timeout); the test then waits for the outcome.
 					c.SleepControl(func() { time.Sleep(13 * time.Second) })
 					return nil, nil, false
 				}
@@ -227,7 +228,7 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 			mu.Lock()
 			d := time.Duration(rng.IntN(150)) * time.Millisecond
 			mu.Unlock()
-			time.Sleep(d)
+			time.Sleep(d) // sleep ok: the fault itself, a slow transaction (random 0-150 ms)
 			return nil
 		}}
 	}
@@ -253,7 +254,7 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 		mu.Lock() // the hooks draw from rng on the workers' goroutines
 		pause := time.Duration(500+rng.IntN(1500)) * time.Millisecond
 		mu.Unlock()
-		time.Sleep(pause)
+		time.Sleep(pause) // sleep ok: paces the membership changes; the test then waits for caught-up offsets
 	}
 	e.waitCaughtUp(4 * time.Minute)
 	aborts := int64(0)
@@ -330,9 +331,9 @@ func TestFaultPebbleWriteError(t *testing.T) {
 				}
 				first = in
 				go func() {
-					for first.p.Stats().Transactions("committed") < 5 {
-						time.Sleep(5 * time.Millisecond)
-					}
+					// Not Await: this goroutine must not fail the test;
+					// supervise reports a worker that makes no progress.
+					_ = testkit.WaitFor(context.Background(), 4*time.Minute, func() bool { return first.p.Stats().Transactions("committed") >= 5 })
 					on.Store(true)
 				}()
 				return in
@@ -380,13 +381,7 @@ func TestFaultOutOfOrderVersions(t *testing.T) {
 	// Every gap closed: the gap index (what the gap metrics report) must
 	// say so, including gaps opened in one transaction and closed in the
 	// next while the first one's Pebble write was still in flight.
-	deadline := time.Now().Add(10 * time.Second)
-	for in.p.Stats().Gaps()["case-overview"].Open != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("open gaps after every gap was filled: %+v", in.p.Stats().Gaps())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Await(t, 10*time.Second, "no open gaps once every gap was filled", func() bool { return in.p.Stats().Gaps()["case-overview"].Open == 0 })
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -454,18 +449,12 @@ func TestFaultGapNeverFilled(t *testing.T) {
 				t.Fatalf("held: %d, want 2 (%v)", in.p.Stats().Outcome(processor.OutcomeHeld), err)
 			}
 			clock.set(2 * time.Minute) // the hold timeout passes
-			deadline := time.Now().Add(time.Minute)
 			want := tc.final
-			for {
-				rep := testkit.CheckProjection(e.read(projTopic), map[string]workload.Final{"GAP-1": want})
-				if rep.OK() && len(e.read(dlqTopic)) == len(tc.dead) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("after the hold timeout: %s; %d dead letters", rep, len(e.read(dlqTopic)))
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+			var rep testkit.Report
+			testkit.Await(t, time.Minute, "the hold timeout's outcome", func() bool {
+				rep = testkit.CheckProjection(e.read(projTopic), map[string]workload.Final{"GAP-1": want})
+				return rep.OK() && len(e.read(dlqTopic)) == len(tc.dead)
+			})
 			if tc.late {
 				e.produce([]workload.Record{v3})
 				e.waitCaughtUp(time.Minute)
@@ -514,7 +503,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // sleep ok: paces the broker restarts; the test waits for caught-up offsets
 		for i := 0; i < 2; i++ {
 			bmu.Lock()
 			b.Close()
@@ -523,7 +512,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 				if b, err = broker.Start(broker.Options{Dir: dir + "/broker", Listen: addr, Partitions: 4}); err == nil {
 					break
 				}
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // sleep ok: retry pause while the old listener's port is released
 			}
 			bmu.Unlock()
 			if err != nil {
@@ -540,7 +529,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 					t.Errorf("produce: %v", err)
 				}
 			}
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // sleep ok: paces the broker restarts (the workers run between them)
 		}
 	}()
 	ready := func() bool {

@@ -1,6 +1,7 @@
 package processor_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -241,14 +243,14 @@ func TestTooLargeDrainLeavesHeld(t *testing.T) {
 // want (the counters are published after the commit that the caught-up
 // offsets show) and returns it.
 func waitEvents(st *processor.Stats, outcome processor.Outcome, want int64) int64 {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := st.Events("case-overview", outcome)
-		if n >= want || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return waitProjectionEvents(st, "case-overview", outcome, want)
+}
+
+// waitProjectionEvents is waitEvents for any projection.
+func waitProjectionEvents(st *processor.Stats, projection string, outcome processor.Outcome, want int64) int64 {
+	// On time out the caller's check says what is wrong.
+	_ = testkit.WaitFor(context.Background(), 10*time.Second, func() bool { return st.Events(projection, outcome) >= want })
+	return st.Events(projection, outcome)
 }
 
 // TestSkipExpiryTooLargeDeadLettered: under onTimeout skip, the gap of
@@ -337,11 +339,7 @@ func TestTooLargeOneDeadLetterPerRecord(t *testing.T) {
 	if n := waitEvents(st, processor.OutcomeTooLarge, 1); n != 1 {
 		t.Fatalf("case-overview: %d too-large, want 1", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for st.Events("case-archive", processor.OutcomeTooLarge) < 1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := st.Events("case-archive", processor.OutcomeTooLarge); n != 1 {
+	if n := waitProjectionEvents(st, "case-archive", processor.OutcomeTooLarge, 1); n != 1 {
 		t.Fatalf("case-archive: %d too-large, want 1", n)
 	}
 	if err := in.stop(t); err != nil {

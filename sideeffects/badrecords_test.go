@@ -106,7 +106,7 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		}
 	}
 	var dls []testkit.DeadLetter
-	waitFor(t, time.Minute, "the valid intent's call and every dead letter", func() bool {
+	testkit.Await(t, time.Minute, "the valid intent's call and every dead letter", func() bool {
 		exited()
 		if req, _ := rc.counts(); req["k-valid"] == 0 || w.Stats().Effects("fx", effect.Succeeded) == 0 {
 			return false
@@ -128,7 +128,7 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 	// recorded already are stale, not bad: counted, not dead-lettered.
 	produce("k-valid", true, `{"op":"outcome","as":"failed","attempt":1,"result":{"statusCode":500}}`)
 	produce("k-valid", true, `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z"}`)
-	waitFor(t, time.Minute, "the stale reports", func() bool {
+	testkit.Await(t, time.Minute, "the stale reports", func() bool {
 		exited()
 		return w.Stats().StaleReports("fx") == 2
 	})

@@ -150,17 +150,6 @@ func (l *live) stop(t *testing.T) {
 	l.a.Close()
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func setup(t *testing.T, events int) ([]string, []workload.Record, map[string]bool) {
 	t.Helper()
 	_, brokers := testkit.Broker(t, 4, "case-events")
@@ -186,7 +175,7 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	}
 	l := startLive(t, brokers, t.TempDir(), rcv.srv.URL, "retry")
 	ws := func() *sideeffects.WorkerStats { return l.a.Executor.Stats() }
-	waitFor(t, 2*time.Minute, "every key to succeed", func() bool {
+	testkit.Await(t, 2*time.Minute, "every key to succeed", func() bool {
 		return ws().Effects("sla-email", effect.Succeeded) >= int64(len(keys))
 	})
 	// Deliver every intent again: the ledger must take them as duplicates.
@@ -202,7 +191,7 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	if err := testkit.Produce(context.Background(), brokers, "fx.effects", again); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "redelivered intents to be seen", func() bool {
+	testkit.Await(t, time.Minute, "redelivered intents to be seen", func() bool {
 		return ws().Duplicates("sla-email") >= before+int64(len(again))
 	})
 	l.stop(t)
@@ -262,10 +251,10 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 			if policy == "retry" {
 				want = int64(len(keys))
 			}
-			waitFor(t, 2*time.Minute, "the known outcomes", func() bool { return ws.Effects("sla-email", effect.Succeeded) >= want })
+			testkit.Await(t, 2*time.Minute, "the known outcomes", func() bool { return ws.Effects("sla-email", effect.Succeeded) >= want })
 			opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 			if policy == "park" {
-				waitFor(t, time.Minute, "parked keys", func() bool { return ws.Effects("sla-email", effect.Unknown) >= int64(len(hung)) })
+				testkit.Await(t, time.Minute, "parked keys", func() bool { return ws.Effects("sla-email", effect.Unknown) >= int64(len(hung)) })
 				ledger, err := ops.ReadLedger(context.Background(), opts, "fx", "fx.effects")
 				if err != nil {
 					t.Fatal(err)
@@ -287,7 +276,7 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 				if err := ops.SendResolve(context.Background(), opts, "fx.effects", one, effect.Succeeded, "checked by hand"); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, time.Minute, "the resolve", func() bool { return ws.Resolved("sla-email") >= 1 })
+				testkit.Await(t, time.Minute, "the resolve", func() bool { return ws.Resolved("sla-email") >= 1 })
 			}
 			l.stop(t)
 			req, applied := rcv.counts()

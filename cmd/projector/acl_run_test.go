@@ -12,6 +12,7 @@ import (
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/processor"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -56,7 +57,7 @@ func aclGranted(t *testing.T, e *aclEnv) {
 		}
 		req.Header.Set(ingress.HeaderKey, "acl-ingress-1")
 		req.Header.Set("Content-Type", "application/json")
-		waitUntil(t, "the ingress to be ready", time.Minute, func() bool { ok, _ := s.Ready(); return ok })
+		testkit.Await(t, time.Minute, "the ingress to be ready", func() bool { ok, _ := s.Ready(); return ok })
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

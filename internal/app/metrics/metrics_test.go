@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects"
 )
@@ -416,8 +417,8 @@ func TestLagRefresh(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	waitFor(t, func() bool { return lag.count() >= 1 })
-	waitFor(t, func() bool { return series(t, reg)["projector_consumer_lag{partition=0,topic=events}"] == 5 })
+	testkit.Await(t, 10*time.Second, "the lag series", func() bool { return lag.count() >= 1 })
+	testkit.Await(t, 10*time.Second, "the lag series", func() bool { return series(t, reg)["projector_consumer_lag{partition=0,topic=events}"] == 5 })
 	s := series(t, reg)
 	if s["projector_consumer_lag{partition=1,topic=events}"] != 7 {
 		t.Errorf("p1 lag %v, want 7", s["projector_consumer_lag{partition=1,topic=events}"])
@@ -450,17 +451,6 @@ func TestRunWithoutLagReturns(t *testing.T) {
 	_, m, _ := newTest(t, Options{})
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
