@@ -11,8 +11,8 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
-	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
