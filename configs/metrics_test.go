@@ -192,7 +192,7 @@ func scrapeWorker(t *testing.T) string {
 		if time.Now().After(deadline) {
 			t.Fatalf("worker not ready within a minute (last error %v)", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 	}
 	// Lag series appear once a refresh saw the assigned partitions (the
 	// first refresh runs at start, maybe before the assignment): wait for
@@ -210,7 +210,7 @@ func scrapeWorker(t *testing.T) string {
 		if strings.Contains(string(body), "\nprojector_consumer_lag{") || time.Now().After(deadline) {
 			return string(body)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 	}
 }
 

@@ -110,6 +110,10 @@ type Store struct {
 	retention time.Duration
 }
 
+// DefaultRetention is how long event ids are remembered unless configured
+// otherwise (the configuration's dedup.retention defaults to it).
+const DefaultRetention = 168 * time.Hour
+
 // NewStore returns a store remembering ids for retention.
 func NewStore(retention time.Duration) *Store { return &Store{retention: retention} }
 

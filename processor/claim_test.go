@@ -31,7 +31,7 @@ func claimRecord(tenant, key, id string, aggregates ...string) *kgo.Record {
 // key – the same payload or another, in the same transaction or a later
 // one – forwards and writes nothing. Malformed claims are dead-lettered.
 func TestClaimFirstWins(t *testing.T) {
-	st, err := state.Open(t.TempDir(), StoreOptions(0))
+	st, err := state.Open(t.TempDir(), storeOptions(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package processor
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/changelog"
 	"github.com/projector-dev/projector/internal/core/envelope"
-	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
 )
@@ -36,15 +38,20 @@ func (m Mode) String() string {
 // Config is everything Run needs. Build it with the fields below; zero values
 // of the tunables take the documented defaults in New.
 type Config struct {
-	// Session is what the processor shares with the side-effect executor:
-	// Name (the group, transactional-id prefix and dedup scope), InstanceID,
-	// Brokers, ClientOpts, DeadLetterTopic, Partitions (for missing inputs,
-	// default 4), Store, MaxRecordsPerTxn (default 5000), MaxRecordBytes
-	// (kafka.maxRecordBytes: the largest input accepted and record
-	// produced, default 1 MiB), TransactionTimeout (default 40s),
-	// SessionTimeout (default 45s), Logger, Now and Hooks.
+	// Session is who the processor is in Kafka and its transactions'
+	// bounds: Name, InstanceID and Brokers are required.
 	Session
 
+	// StateDir is the directory of the processor's local state: the
+	// processor opens its Store there in New and closes it when Run
+	// returns. Set it or Store.
+	StateDir string
+	// Store is a store opened with OpenStore, for a caller that manages it
+	// (the processor never closes it). Set it or StateDir.
+	Store *Store
+
+	// Inputs are the topics of events, in the envelope of
+	// docs/contract.md (required).
 	Inputs []string
 	// InputFormats gives the format of an input topic whose records are
 	// not event envelopes, by topic; a topic it does not name is read as
@@ -54,7 +61,8 @@ type Config struct {
 	// Confluent-compatible Schema Registry; nil: a framed value is
 	// dead-lettered invalid:value.
 	SchemaRegistry *SchemaRegistry
-
+	// EffectsTopic receives the side-effect intents for the executor
+	// (sideeffects.Worker); default <Name>.effects. Created when missing.
 	EffectsTopic string
 	// ReceiptsTopic, when set (the ingress is configured), receives one
 	// receipt per new event that came through the HTTP ingress, in the same
@@ -83,11 +91,17 @@ type Config struct {
 	// EffectRules turn applied events into side-effect intents (the
 	// configured sideEffects); nil means only handler-returned intents.
 	EffectRules EffectRules
-	Dedup       *dedup.Store
+	// Dedup remembers event ids; default dedup.NewStore with
+	// dedup.DefaultRetention.
+	Dedup *dedup.Store
 
-	HoldTimeout time.Duration     // default 5m
-	GapPolicy   projection.Policy // default Wait
-	MaxHeld     int64             // per aggregate, default 10000
+	// HoldTimeout is how long an aggregate's gap stays open before
+	// GapPolicy decides; default DefaultHoldTimeout.
+	HoldTimeout time.Duration
+	// GapPolicy is what an expired gap does; default projection.Wait.
+	GapPolicy projection.Policy
+	// MaxHeld bounds one aggregate's held events; default DefaultMaxHeld.
+	MaxHeld int64
 
 	Mode Mode
 	// Group overrides the consumer group and transactional-id prefix (default
@@ -97,6 +111,9 @@ type Config struct {
 	// StartOffset is where a group with no committed offsets starts (default
 	// the earliest offset; a rebuild --from a time uses AfterMilli).
 	StartOffset *kgo.Offset
+
+	// seams: what only the repository's own code sets (internal/core/seam).
+	seams seam.Seams
 }
 
 // EffectRules build the side-effect intents of an applied event (the
@@ -108,35 +125,51 @@ type EffectRules interface {
 	Intents(projection string, ev *projection.Event, version int64) ([]projection.Intent, error)
 }
 
-// Hooks let tests stop the loop at precise points of a transaction.
-type Hooks = eos.Hooks
-
 // ChangelogTopic names the changelog of one input topic (name is the
 // processor's group): changelog.Topic, which also names the executor's.
 func ChangelogTopic(name, input string) string { return changelog.Topic(name, input) }
 
 func (c *Config) applyDefaults() {
 	if c.Partitions <= 0 {
-		c.Partitions = 4
+		c.Partitions = DefaultPartitions
 	}
 	if c.HoldTimeout <= 0 {
-		c.HoldTimeout = 5 * time.Minute
+		c.HoldTimeout = DefaultHoldTimeout
 	}
 	if c.MaxHeld <= 0 {
-		c.MaxHeld = 10000
+		c.MaxHeld = DefaultMaxHeld
 	}
 	if c.MaxRecordsPerTxn <= 0 {
-		c.MaxRecordsPerTxn = 5000
+		c.MaxRecordsPerTxn = DefaultMaxRecordsPerTxn
 	}
 	if c.MaxRecordBytes <= 0 {
 		c.MaxRecordBytes = envelope.DefaultMaxBytes
 	}
-	c.DefaultTimeouts()
+	if c.TransactionTimeout <= 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.seams.Now == nil {
+		c.seams.Now = time.Now
+	}
+	// The topic names the command-line configuration defaults to
+	// (docs/configuration.md).
+	if c.Name != "" && c.DeadLetterTopic == "" {
+		c.DeadLetterTopic = c.Name + ".dlq"
+	}
+	if c.Name != "" && c.EffectsTopic == "" && c.Mode == Live {
+		c.EffectsTopic = c.Name + ".effects"
+	}
 	if c.Group == "" {
 		c.Group = c.Name
 	}
 	if c.Dedup == nil {
-		c.Dedup = dedup.NewStore(168 * time.Hour)
+		c.Dedup = dedup.NewStore(dedup.DefaultRetention)
 	}
 }
 
@@ -154,12 +187,6 @@ func (c *Config) validate() error {
 	if len(c.Inputs) == 0 {
 		errs = append(errs, errors.New("processor: Inputs is required"))
 	}
-	if c.DeadLetterTopic == "" {
-		errs = append(errs, errors.New("processor: DeadLetterTopic is required"))
-	}
-	if c.Mode == Live && c.EffectsTopic == "" {
-		errs = append(errs, errors.New("processor: EffectsTopic is required in live mode"))
-	}
 	if len(c.Projections) == 0 {
 		errs = append(errs, errors.New("processor: at least one projection is required"))
 	}
@@ -168,8 +195,11 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("processor: projection %d needs Name, Topic and Handler", i))
 		}
 	}
-	if c.Store == nil {
-		errs = append(errs, errors.New("processor: Store is required"))
+	if c.Store == nil && c.StateDir == "" && c.seams.Store == nil {
+		errs = append(errs, errors.New("processor: StateDir or Store is required"))
+	}
+	if c.Store != nil && c.Store.st == nil {
+		errs = append(errs, errors.New("processor: Store is closed"))
 	}
 	if c.Mode == Live && c.ClaimsTopic != "" {
 		switch {
@@ -182,10 +212,10 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// StoreOptions are the options of a processor's store, with a block cache of
+// storeOptions are the options of a processor's store, with a block cache of
 // cacheBytes (0: the store's default).
-func StoreOptions(cacheBytes int64) StoreConfig {
-	return StoreConfig{CacheBytes: cacheBytes, Cached: cached, FilterOnly: heldKey}
+func storeOptions(cacheBytes int64) state.Options {
+	return state.Options{CacheBytes: cacheBytes, Cached: cached, FilterOnly: heldKey}
 }
 
 // heldKey selects the held events among the cached keys for the filter

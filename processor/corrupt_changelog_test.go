@@ -64,15 +64,19 @@ func TestCorruptChangelogRecordStopsRestore(t *testing.T) {
 			// A fresh state directory restores the changelog from offset 0.
 			in2 := e.start(instOpts{id: "w2", stateDir: filepath.Join(e.dir, "fresh")})
 			var err error
-			werr := testkit.WaitFor(ctx, 30*time.Second, func() bool {
-				select {
-				case err = <-in2.done:
-					return true
-				default:
-					return in2.p.Stats().Ready()
+			waitCtx, stopWait := context.WithTimeout(ctx, 30*time.Second)
+			ready := make(chan error, 1)
+			go func() { ready <- in2.p.WaitReady(waitCtx) }()
+			var werr error
+			select {
+			case err = <-in2.done:
+			case werr = <-ready:
+				if werr == nil {
+					werr = errors.New("ready")
 				}
-			})
-			if werr != nil || err == nil {
+			}
+			stopWait()
+			if err == nil {
 				in2.stop(t)
 				t.Fatalf("the restore went past the corrupt record at offset %d (ready %v, %v): it was restored silently",
 					bad.Offset, in2.p.Stats().Ready(), werr)

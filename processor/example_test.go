@@ -36,11 +36,6 @@ func Example_goProjection() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := processor.OpenStore(dir, 0)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
 
 	// The handler: state is the aggregate's current JSON object.
 	totals := projection.HandlerFunc(func(state []byte, ev *projection.Event) (projection.Result, error) {
@@ -64,11 +59,10 @@ func Example_goProjection() {
 	})
 
 	p, err := processor.New(processor.Config{
-		Session: processor.Session{
-			Name: "example", InstanceID: "i1", Brokers: brokers, DeadLetterTopic: "orders.dlq",
-			Store: store,
-		},
-		Inputs: []string{"orders"}, EffectsTopic: "orders.effects",
+		// Dead letters go to example.dlq, intents to example.effects.
+		Session:     processor.Session{Name: "example", InstanceID: "i1", Brokers: brokers},
+		StateDir:    dir, // opened by New, closed when Run returns
+		Inputs:      []string{"orders"},
 		Projections: []*projection.Projection{{Name: "customer-totals", Topic: "customer-totals.v1", Handler: totals, Versioned: true}},
 	})
 	if err != nil {
@@ -93,12 +87,23 @@ func Example_goProjection() {
 		}
 	}
 
-	// Run the processor until the three events are applied and committed.
+	// Run the processor until the three events are applied and committed:
+	// the counts are checked after every transaction.
+	committed := make(chan struct{}, 1)
+	p.Stats().Observe(func(processor.TxnObservation) {
+		select {
+		case committed <- struct{}{}:
+		default:
+		}
+	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
-	for p.Stats().Events("customer-totals", "applied") < 3 && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
+	for p.Stats().Events("customer-totals", processor.OutcomeApplied) < 3 && ctx.Err() == nil {
+		select {
+		case <-committed:
+		case <-ctx.Done():
+		}
 	}
 	stop()
 	if err := <-done; err != nil {

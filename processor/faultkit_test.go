@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/soak"
@@ -25,7 +26,7 @@ import (
 // model, dead letters, aborted records visible read_committed).
 
 // startWith is start with state options (an errorfs) and a config tweak.
-func (e *env) startWith(o instOpts, so state.Options, tweak func(*processor.Config)) (*instance, error) {
+func (e *env) startWith(o instOpts, so state.Options, tweak func(*processor.Config, *state.Store)) (*instance, error) {
 	e.t.Helper()
 	if o.id == "" {
 		o.id = "w1"
@@ -46,19 +47,19 @@ func (e *env) startWith(o instOpts, so state.Options, tweak func(*processor.Conf
 	}
 	cfg := processor.Config{
 		Session: processor.Session{
-			Name: group, InstanceID: o.id, Brokers: e.brokers, DeadLetterTopic: dlqTopic, Store: st,
-			MaxRecordsPerTxn: o.maxRecs, Now: o.now, SessionTimeout: 6 * time.Second,
+			Name: group, InstanceID: o.id, Brokers: e.brokers, DeadLetterTopic: dlqTopic,
+			MaxRecordsPerTxn: o.maxRecs, SessionTimeout: 6 * time.Second,
 			TransactionTimeout: 20 * time.Second,
 			Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("instance", o.id),
-			Hooks:              o.hooks,
 		},
 		Inputs: []string{inputTopic}, EffectsTopic: "case-events.effects",
 		Projections: []*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}},
 		Dedup:       dedup.NewStore(168 * time.Hour),
 		GapPolicy:   o.policy, HoldTimeout: o.hold,
 	}
+	seam.Processor(&cfg, seam.Seams{Store: st, Now: o.now, Hooks: o.hooks})
 	if tweak != nil {
-		tweak(&cfg)
+		tweak(&cfg, st)
 	}
 	p, err := processor.New(cfg)
 	if err != nil {

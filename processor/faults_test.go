@@ -32,6 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
@@ -127,6 +128,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 				if tc.apply {
 					// Hold it past the client's request timeout (10s
 					// overhead), then let the broker commit it.
+					// sleep ok: the fault itself (kfake holds the request past the client's timeout); the test then waits for the outcome.
 					c.SleepControl(func() { time.Sleep(13 * time.Second) })
 					return nil, nil, false
 				}
@@ -157,7 +159,7 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := in.p.Stats().Outcome("duplicate"); got != int64(exp.Duplicates) {
+	if got := in.p.Stats().Outcome(processor.OutcomeDuplicate); got != int64(exp.Duplicates) {
 		t.Errorf("duplicates: got %d, want %d", got, exp.Duplicates)
 	}
 	out := e.read(projTopic)
@@ -180,7 +182,7 @@ func TestFaultZombieFenced(t *testing.T) {
 	inTxn := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int64
-	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &processor.Hooks{
+	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &eos.Hooks{
 		AfterStage: func() error {
 			if calls.Add(1) == 3 {
 				close(inTxn)
@@ -221,12 +223,12 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 	recs, exp := genWorkload(seed, 30_000, 3_000, nil)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var mu sync.Mutex
-	slow := func() *processor.Hooks {
-		return &processor.Hooks{AfterStage: func() error {
+	slow := func() *eos.Hooks {
+		return &eos.Hooks{AfterStage: func() error {
 			mu.Lock()
 			d := time.Duration(rng.IntN(150)) * time.Millisecond
 			mu.Unlock()
-			time.Sleep(d)
+			time.Sleep(d) // sleep ok: the fault itself, a slow transaction (random 0-150 ms)
 			return nil
 		}}
 	}
@@ -252,7 +254,7 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 		mu.Lock() // the hooks draw from rng on the workers' goroutines
 		pause := time.Duration(500+rng.IntN(1500)) * time.Millisecond
 		mu.Unlock()
-		time.Sleep(pause)
+		time.Sleep(pause) // sleep ok: paces the membership changes; the test then waits for caught-up offsets
 	}
 	e.waitCaughtUp(4 * time.Minute)
 	aborts := int64(0)
@@ -323,15 +325,15 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					return e.start(instOpts{maxRecs: 300})
 				}
 				in, err := e.startWith(instOpts{maxRecs: 300}, state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20},
-					func(c *processor.Config) { growMemtable(t, c.Store) })
+					func(_ *processor.Config, st *state.Store) { growMemtable(t, st) })
 				if err != nil {
 					t.Fatal(err)
 				}
 				first = in
 				go func() {
-					for first.p.Stats().Transactions("committed") < 5 {
-						time.Sleep(5 * time.Millisecond)
-					}
+					// Not Await: this goroutine must not fail the test;
+					// supervise reports a worker that makes no progress.
+					_ = testkit.WaitFor(context.Background(), 4*time.Minute, func() bool { return first.p.Stats().Transactions("committed") >= 5 })
 					on.Store(true)
 				}()
 				return in
@@ -379,17 +381,11 @@ func TestFaultOutOfOrderVersions(t *testing.T) {
 	// Every gap closed: the gap index (what the gap metrics report) must
 	// say so, including gaps opened in one transaction and closed in the
 	// next while the first one's Pebble write was still in flight.
-	deadline := time.Now().Add(10 * time.Second)
-	for in.p.Stats().Gaps()["case-overview"].Open != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("open gaps after every gap was filled: %+v", in.p.Stats().Gaps())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Await(t, 10*time.Second, "no open gaps once every gap was filled", func() bool { return in.p.Stats().Gaps()["case-overview"].Open == 0 })
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := in.p.Stats().Outcome("held"); got != int64(exp.Held) || got == 0 {
+	if got := in.p.Stats().Outcome(processor.OutcomeHeld); got != int64(exp.Held) || got == 0 {
 		t.Errorf("held: got %d, want %d (> 0)", got, exp.Held)
 	}
 	e.checkFigure(exp, len(recs), 0, exp.Held, seed)
@@ -449,22 +445,16 @@ func TestFaultGapNeverFilled(t *testing.T) {
 			e.waitCaughtUp(time.Minute)
 			// The group's offsets move at the Kafka commit; the counters
 			// only once that transaction's Pebble write landed (AsyncCommit).
-			if err := testkit.WaitFor(context.Background(), time.Minute, func() bool { return in.p.Stats().Outcome("held") == 2 }); err != nil {
-				t.Fatalf("held: %d, want 2 (%v)", in.p.Stats().Outcome("held"), err)
+			if err := testkit.WaitFor(context.Background(), time.Minute, func() bool { return in.p.Stats().Outcome(processor.OutcomeHeld) == 2 }); err != nil {
+				t.Fatalf("held: %d, want 2 (%v)", in.p.Stats().Outcome(processor.OutcomeHeld), err)
 			}
 			clock.set(2 * time.Minute) // the hold timeout passes
-			deadline := time.Now().Add(time.Minute)
 			want := tc.final
-			for {
-				rep := testkit.CheckProjection(e.read(projTopic), map[string]workload.Final{"GAP-1": want})
-				if rep.OK() && len(e.read(dlqTopic)) == len(tc.dead) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("after the hold timeout: %s; %d dead letters", rep, len(e.read(dlqTopic)))
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+			var rep testkit.Report
+			testkit.Await(t, time.Minute, "the hold timeout's outcome", func() bool {
+				rep = testkit.CheckProjection(e.read(projTopic), map[string]workload.Final{"GAP-1": want})
+				return rep.OK() && len(e.read(dlqTopic)) == len(tc.dead)
+			})
 			if tc.late {
 				e.produce([]workload.Record{v3})
 				e.waitCaughtUp(time.Minute)
@@ -513,7 +503,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // sleep ok: paces the broker restarts; the test waits for caught-up offsets
 		for i := 0; i < 2; i++ {
 			bmu.Lock()
 			b.Close()
@@ -522,7 +512,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 				if b, err = broker.Start(broker.Options{Dir: dir + "/broker", Listen: addr, Partitions: 4}); err == nil {
 					break
 				}
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // sleep ok: retry pause while the old listener's port is released
 			}
 			bmu.Unlock()
 			if err != nil {
@@ -539,7 +529,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 					t.Errorf("produce: %v", err)
 				}
 			}
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // sleep ok: paces the broker restarts (the workers run between them)
 		}
 	}()
 	ready := func() bool {

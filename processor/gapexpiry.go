@@ -160,11 +160,11 @@ func (p *Processor) resolveGap(b *eos.Batch, ts *taskState, g *guard.Guard, aggr
 		return step, nil, err
 	}
 	bs := ts.batchOf(b)
-	bs.counts.addN(g.P.Name, "applied", len(step.Changes))
+	bs.counts.addN(g.P.Name, OutcomeApplied, len(step.Changes))
 	p.emitStep(b, ts, g, aggregate, step)
 	if c := dropped; c != nil {
 		p.deadLetter(b, ts, c.Source.Offset, c.Source.Key, c.Source.Value, ReasonTooLarge, "projection "+g.P.Name+": "+why)
-		bs.counts.add(g.P.Name, ReasonTooLarge)
+		bs.counts.add(g.P.Name, OutcomeTooLarge)
 	}
 	return step, dropped, nil
 }

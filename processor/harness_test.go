@@ -16,6 +16,8 @@ import (
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/app/broker"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
@@ -62,7 +64,7 @@ type instance struct {
 type instOpts struct {
 	id       string
 	stateDir string
-	hooks    *processor.Hooks
+	hooks    *eos.Hooks
 	maxRecs  int
 	policy   projection.Policy
 	hold     time.Duration
@@ -89,19 +91,20 @@ func (e *env) start(o instOpts) *instance {
 	if os.Getenv("PROJECTOR_TEST_LOG") != "" {
 		lvl = slog.LevelDebug
 	}
-	p, err := processor.New(processor.Config{
+	cfg := processor.Config{
 		Session: processor.Session{
-			Name: group, InstanceID: o.id, Brokers: e.brokers, DeadLetterTopic: dlqTopic, Store: st,
-			MaxRecordsPerTxn: o.maxRecs, Now: o.now, SessionTimeout: 6 * time.Second,
+			Name: group, InstanceID: o.id, Brokers: e.brokers, DeadLetterTopic: dlqTopic,
+			MaxRecordsPerTxn: o.maxRecs, SessionTimeout: 6 * time.Second,
 			TransactionTimeout: 20 * time.Second,
 			Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("instance", o.id),
-			Hooks:              o.hooks,
 		},
 		Inputs: []string{inputTopic}, EffectsTopic: "case-events.effects",
 		Projections: append([]*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}}, o.extra...),
 		Dedup:       dedup.NewStore(168 * time.Hour),
 		GapPolicy:   o.policy, HoldTimeout: o.hold, EffectRules: o.rules,
-	})
+	}
+	seam.Processor(&cfg, seam.Seams{Store: st, Now: o.now, Hooks: o.hooks})
+	p, err := processor.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -201,7 +204,7 @@ func fmtFigure(n, dupes, crashes, aborts int) string {
 	return fmt.Sprintf("%d events, %d dupes injected, %d crashes, %d aborts", n, dupes, crashes, aborts)
 }
 
-func hooksAfterCommit(n int) processor.Hooks { return processor.Hooks{AfterCommit: once(n)} }
-func hooksAfterStage(n int) processor.Hooks  { return processor.Hooks{AfterStage: once(n)} }
+func hooksAfterCommit(n int) eos.Hooks { return eos.Hooks{AfterCommit: once(n)} }
+func hooksAfterStage(n int) eos.Hooks  { return eos.Hooks{AfterStage: once(n)} }
 
 func ptr[T any](v T) *T { return &v }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/projection"
 )
@@ -25,7 +26,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 		aggregates = 10_000
 		txnSize    = 5000
 	)
-	st, err := state.Open(b.TempDir(), StoreOptions(0))
+	st, err := state.Open(b.TempDir(), storeOptions(0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	applied0 := p.stats.Outcome("applied")
+	applied0 := p.stats.Outcome(OutcomeApplied)
 	batch := next()
 	bt := eos.NewTaskBatch(st, task, now, produce)
 	i, processed := 0, 0
@@ -99,11 +100,11 @@ func BenchmarkProcessEvent(b *testing.B) {
 		b.Fatal(err)
 	}
 	// Every timed event took the path measured: applied, nothing else.
-	if got := p.stats.Outcome("applied") - applied0; got != int64(processed) {
+	if got := p.stats.Outcome(OutcomeApplied) - applied0; got != int64(processed) {
 		b.Fatalf("applied %d of the %d timed events", got, processed)
 	}
 	for _, oc := range Outcomes {
-		if n := p.stats.Outcome(oc); oc != "applied" && n != 0 {
+		if n := p.stats.Outcome(oc); oc != OutcomeApplied && n != 0 {
 			b.Fatalf("%d events %s, want none", n, oc)
 		}
 	}
@@ -124,8 +125,8 @@ func directTaskWith(tb testing.TB, st *state.Store, set func(*Config)) (*Process
 	cfg := Config{
 		Session: Session{
 			Name: "bench", InstanceID: "b", Brokers: []string{"127.0.0.1:1"}, DeadLetterTopic: "dlq",
-			Store: st,
 		},
+		seams:        seam.Seams{Store: st},
 		Inputs:       []string{"case-events"},
 		EffectsTopic: "effects",
 		Projections: []*projection.Projection{{Name: "case-overview", Topic: "case-overview.v1",

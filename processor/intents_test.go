@@ -26,7 +26,7 @@ func (r *countingRules) Intents(projectionName string, ev *projection.Event, ver
 // intents and the step's records reuse them – and every applied change
 // still produces its intent record.
 func TestRuleIntentsBuiltOncePerChange(t *testing.T) {
-	st, err := state.Open(t.TempDir(), StoreOptions(0))
+	st, err := state.Open(t.TempDir(), storeOptions(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,11 +77,11 @@ func (p *Processor) emitIntents(b *eos.Batch, ts *taskState, pr *projection.Proj
 	}
 	for _, in := range fx.list {
 		if p.cfg.Mode == Rebuild {
-			ts.batchOf(b).counts.effect(in.Effect, "suppressed")
+			ts.batchOf(b).counts.effect(in.Effect, IntentSuppressed)
 			continue
 		}
 		v := effect.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
 		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
-		ts.batchOf(b).counts.effect(in.Effect, "enqueued")
+		ts.batchOf(b).counts.effect(in.Effect, IntentEnqueued)
 	}
 }

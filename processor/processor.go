@@ -13,6 +13,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/acl"
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/inputformat"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/engine/guard"
 )
 
@@ -23,10 +24,15 @@ var ErrFenced = eos.ErrFenced
 // Processor runs the exactly-once event pipeline. Create it with New and call
 // Run once.
 type Processor struct {
-	cfg    Config
-	guards []*guard.Guard
-	loop   *eos.Loop[*taskState]
-	stats  *Stats
+	cfg Config
+	// store is the local state (Config.Store's, or opened in StateDir:
+	// then ownStore, and Run closes it); now is the clock.
+	store    *state.Store
+	ownStore bool
+	now      func() time.Time
+	guards   []*guard.Guard
+	loop     *eos.Loop[*taskState]
+	stats    *Stats
 	// decoders are the input topics' decoders, for the topics whose format
 	// is not the envelope (inputs.go); read-only after New.
 	decoders map[string]*inputformat.Decoder
@@ -93,12 +99,15 @@ func New(cfg Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Processor{cfg: cfg, stats: newStats(), runCtx: context.Background()}
+	p := &Processor{cfg: cfg, stats: newStats(), now: cfg.seams.Now, runCtx: context.Background()}
 	decoders, err := cfg.decoders()
 	if err != nil {
 		return nil, err
 	}
 	p.decoders = decoders
+	if err := p.openStore(); err != nil {
+		return nil, err
+	}
 	for _, pr := range cfg.Projections {
 		p.guards = append(p.guards, &guard.Guard{P: pr, MaxHeld: cfg.MaxHeld, MaxRecordBytes: cfg.MaxRecordBytes})
 	}
@@ -112,7 +121,8 @@ func New(cfg Config) (*Processor, error) {
 	if cfg.Mode == Live && cfg.ReceiptsTopic != "" {
 		outputs = append(outputs, eos.TopicSpec{Name: cfg.ReceiptsTopic, Compacted: true})
 	}
-	lc := cfg.LoopConfig(cfg.Group)
+	ses := cfg.Session.eos(p.store, cfg.seams)
+	lc := ses.LoopConfig(cfg.Group)
 	lc.CreateInputs = !cfg.WaitForInputs
 	lc.Inputs = cfg.Inputs
 	if p.claims() {
@@ -128,7 +138,7 @@ func New(cfg Config) (*Processor, error) {
 	lc.StartOffset = cfg.StartOffset
 	lc.OutputTopics = outputs
 	lc.Restore = restoreRecord(cfg.Dedup)
-	lc.Stats = p.stats.LoopStats
+	lc.Stats = p.stats.loop
 	// Tasks share nothing (decision 001): the guards and the dedup store are
 	// stateless, per-task state is the task's taskState and per-transaction
 	// state its batchState, one per task batch.
@@ -154,10 +164,32 @@ func (p *Processor) Run(ctx context.Context) error {
 		"inputs", p.cfg.Inputs, "mode", p.cfg.Mode.String())
 	p.runCtx = ctx
 	err := p.loop.Run(ctx)
+	if p.ownStore {
+		err = errors.Join(err, p.store.Close())
+	}
 	if errors.Is(err, eos.ErrFenced) {
 		p.cfg.Logger.Error("fenced: another instance uses this transactional id; stopping", "transactionalId", p.TransactionalID())
 	}
 	return err
+}
+
+// openStore sets the store the processor runs on: the one the seams give
+// (the caller's), Config.Store's, or one it opens in Config.StateDir and
+// closes when Run returns.
+func (p *Processor) openStore() error {
+	switch c := &p.cfg; {
+	case c.seams.Store != nil:
+		p.store = c.seams.Store
+	case c.Store != nil:
+		p.store = c.Store.st
+	default:
+		s, err := OpenStore(c.StateDir, 0)
+		if err != nil {
+			return err
+		}
+		p.store, p.ownStore = s.st, true
+	}
+	return nil
 }
 
 // pipeline is the processor as an eos.Handler.
@@ -201,11 +233,11 @@ func (ts *taskState) Restored() error {
 	}
 	if ts.dedup != nil {
 		// a sweep in progress survives a re-restore
-		if err := ts.dedup.Restored(p.cfg.Store.Scan, t.RestoredRecords > 0, recentIDs); err != nil {
+		if err := ts.dedup.Restored(p.store.Scan, t.RestoredRecords > 0, recentIDs); err != nil {
 			return err
 		}
 	} else {
-		d, err := p.cfg.Dedup.NewPartition(p.cfg.Store.Scan, t.Prefix, recentIDs, p.cfg.Now())
+		d, err := p.cfg.Dedup.NewPartition(p.store.Scan, t.Prefix, recentIDs, p.now())
 		if err != nil {
 			return err
 		}
@@ -216,7 +248,7 @@ func (ts *taskState) Restored() error {
 	// the held events under their own keys and the one a record carries
 	// inline (which has no key to find it by).
 	aggPrefix := append(append([]byte(nil), t.Prefix...), guard.KindAggregate)
-	err := p.cfg.Store.Scan(aggPrefix, func(k, v []byte) error {
+	err := p.store.Scan(aggPrefix, func(k, v []byte) error {
 		snap, err := guard.DecodeSnapshot(v)
 		if err != nil || snap.HeldCount == 0 {
 			return nil // inspect reports corrupt records; the guard never wrote one

@@ -6,6 +6,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/processor"
 )
 
 // smallWorkload generates a seeded stream; under -race or -short it is a
@@ -33,11 +34,11 @@ func TestExactlyOnceEndToEnd(t *testing.T) {
 	}
 	st := in.p.Stats()
 	for _, c := range []struct {
-		outcome string
+		outcome processor.Outcome
 		want    int
 	}{
-		{"applied", exp.Applied}, {"duplicate", exp.Duplicates}, {"stale", exp.Stale},
-		{"held", exp.Held}, {"conflict", exp.Conflicts}, {"invalid", exp.Invalid},
+		{processor.OutcomeApplied, exp.Applied}, {processor.OutcomeDuplicate, exp.Duplicates}, {processor.OutcomeStale, exp.Stale},
+		{processor.OutcomeHeld, exp.Held}, {processor.OutcomeConflict, exp.Conflicts}, {processor.OutcomeInvalid, exp.Invalid},
 	} {
 		if got := st.Outcome(c.outcome); got != int64(c.want) {
 			t.Errorf("outcome %s: got %d, want %d", c.outcome, got, c.want)

@@ -27,7 +27,7 @@ import (
 func TestForgedIngressHeaderNeverStopsTheWorker(t *testing.T) {
 	e := newEnv(t, 1)
 	const receipts = "case-events.receipts"
-	in, err := e.startWith(instOpts{}, state.Options{}, func(c *processor.Config) { c.ReceiptsTopic = receipts })
+	in, err := e.startWith(instOpts{}, state.Options{}, func(c *processor.Config, _ *state.Store) { c.ReceiptsTopic = receipts })
 	if err != nil {
 		t.Fatal(err)
 	}

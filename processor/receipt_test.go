@@ -17,7 +17,7 @@ import (
 // – applied by the projection that takes it, filtered when none does – and
 // a redelivery (a duplicate) writes none.
 func TestReceiptOutcomes(t *testing.T) {
-	st, err := state.Open(t.TempDir(), StoreOptions(0))
+	st, err := state.Open(t.TempDir(), storeOptions(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestReceiptOutcomes(t *testing.T) {
 // producer's batch limit (kafka.maxRecordBytes + 16 KiB), which would fail
 // the transaction at every retry. The event itself is applied.
 func TestReceiptOfOversizeOriginNotWritten(t *testing.T) {
-	st, err := state.Open(t.TempDir(), StoreOptions(0))
+	st, err := state.Open(t.TempDir(), storeOptions(0))
 	if err != nil {
 		t.Fatal(err)
 	}

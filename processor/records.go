@@ -83,12 +83,12 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 	}
 	switch verdict {
 	case dedup.Duplicate:
-		bs.counts.addAll(matched, "duplicate")
+		bs.counts.addAll(matched, OutcomeDuplicate)
 		return nil
 	case dedup.Conflict:
 		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, ReasonConflict,
 			fmt.Sprintf("event %q was seen before with a different fingerprint", ev.EventID))
-		bs.counts.addAll(matched, "conflict")
+		bs.counts.addAll(matched, OutcomeConflict)
 		return nil
 	}
 	var rejected []string
@@ -110,7 +110,7 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 	}
 	if len(matched) == 0 {
 		if rejected == nil {
-			bs.counts.add("", "filtered") // no projection takes this aggregate type
+			bs.counts.add("", OutcomeFiltered) // no projection takes this aggregate type
 			if rc != nil {
 				rc.Outcome = "filtered"
 			}
@@ -134,7 +134,7 @@ func (p *Processor) rejectInvalid(b *eos.Batch, ts *taskState, r *kgo.Record, or
 		reason = ee.Reason()
 	}
 	p.deadLetter(b, ts, r.Offset, r.Key, r.Value, reason, msg)
-	ts.batchOf(b).counts.add("", "invalid")
+	ts.batchOf(b).counts.add("", OutcomeInvalid)
 	if origin != nil {
 		p.receipt(b, r, origin, &receipt.Receipt{Outcome: "invalid", Reason: reason})
 	}
@@ -153,7 +153,7 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record
 	for _, g := range matched {
 		if g.P.Versioned {
 			rejected = append(rejected, g.P.Name)
-			bs.counts.add(g.P.Name, "invalid")
+			bs.counts.add(g.P.Name, OutcomeInvalid)
 		} else {
 			offer = append(offer, g)
 		}
@@ -186,17 +186,17 @@ func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value [
 		}
 		if tooBig != "" {
 			tooLarge = append(tooLarge, "projection "+g.P.Name+": "+tooBig)
-			bs.counts.add(g.P.Name, ReasonTooLarge)
+			bs.counts.add(g.P.Name, OutcomeTooLarge)
 			rc.Set(g.P.Name, ReasonTooLarge)
 			continue
 		}
 		bs.counts.add(g.P.Name, outcomeLabel(step.Outcome))
-		rc.Set(g.P.Name, outcomeLabel(step.Outcome))
+		rc.Set(g.P.Name, outcomeLabel(step.Outcome).String())
 		drained := len(step.Changes) // the held events applied after it, counted applied
 		if step.Outcome == guard.Applied {
 			drained-- // the offered event, counted above
 		}
-		bs.counts.addN(g.P.Name, "applied", drained)
+		bs.counts.addN(g.P.Name, OutcomeApplied, drained)
 		p.emitStep(b, ts, g, ev.AggregateID, step)
 	}
 	if tooLarge != nil {
@@ -207,17 +207,16 @@ func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value [
 
 // outcomeLabel is a guard step's outcome as the outcome label of the events
 // counter and the receipt.
-func outcomeLabel(o guard.Outcome) string {
+func outcomeLabel(o guard.Outcome) Outcome {
 	switch o {
 	case guard.Applied:
-		return "applied"
+		return OutcomeApplied
 	case guard.Stale:
-		return "stale"
+		return OutcomeStale
 	case guard.Held:
-		return "held"
+		return OutcomeHeld
 	default: // Failed, Overflow: dead-lettered with the reason
-
-		return "failed"
+		return OutcomeFailed
 	}
 }
 

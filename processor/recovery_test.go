@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -9,18 +10,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/processor"
 )
 
 // waitProgress waits until the instance committed at least n transactions.
 func waitProgress(t *testing.T, in *instance, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for in.p.Stats().Transactions("committed") < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress: %d transactions committed", in.p.Stats().Transactions("committed"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Await(t, 2*time.Minute, fmt.Sprintf("%d committed transactions", n), func() bool { return in.p.Stats().Transactions("committed") >= n })
 }
 
 // TestRestartMidStream covers acceptance 4: stopping mid-stream and restarting
@@ -143,7 +141,7 @@ func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
 	if injected.Load() != 5 || aborts < injected.Load() {
 		t.Fatalf("injected %d offset-commit failures, processor aborted %d transactions", injected.Load(), aborts)
 	}
-	if got := in.p.Stats().Outcome("duplicate"); got != int64(exp.Duplicates) {
+	if got := in.p.Stats().Outcome(processor.OutcomeDuplicate); got != int64(exp.Duplicates) {
 		t.Errorf("duplicates: got %d, want %d (an aborted transaction left dedup marks)", got, exp.Duplicates)
 	}
 	e.verify(exp, fmtFigure(len(recs), exp.Duplicates, 0, int(aborts)))

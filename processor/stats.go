@@ -8,30 +8,37 @@ import (
 	"github.com/projector-dev/projector/internal/engine/guard"
 )
 
-// Outcomes lists every outcome label, in the contract's order, plus "failed"
-// (handler error or held limit: dead-lettered) and "filtered" (a new event no
-// projection accepts; counted under projection "").
-var Outcomes = []string{"applied", "duplicate", "stale", "held", "conflict", "invalid", "too-large", "failed", "filtered"}
-
 // tally counts one task batch's outcomes, dead letters and intents; the
 // counts reach Stats once the transaction commits (batchState).
 type tally struct {
-	events  map[[2]string]int64 // (projection, outcome)
+	events  map[eventKey]int64
 	dlq     map[string]int64
-	effects map[[2]string]int64 // (effect, status)
+	effects map[effectKey]int64
 }
+
+// eventKey and effectKey are what the counts are kept by.
+type (
+	eventKey struct {
+		projection string
+		outcome    Outcome
+	}
+	effectKey struct {
+		effect string
+		status IntentStatus
+	}
+)
 
 func newTally() tally {
-	return tally{events: map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{}}
+	return tally{events: map[eventKey]int64{}, dlq: map[string]int64{}, effects: map[effectKey]int64{}}
 }
 
-func (t *tally) add(projection, outcome string) { t.events[[2]string{projection, outcome}]++ }
-func (t *tally) addN(projection, outcome string, n int) {
+func (t *tally) add(projection string, outcome Outcome) { t.events[eventKey{projection, outcome}]++ }
+func (t *tally) addN(projection string, outcome Outcome, n int) {
 	if n > 0 {
-		t.events[[2]string{projection, outcome}] += int64(n)
+		t.events[eventKey{projection, outcome}] += int64(n)
 	}
 }
-func (t *tally) addAll(gs []*guard.Guard, outcome string) {
+func (t *tally) addAll(gs []*guard.Guard, outcome Outcome) {
 	if len(gs) == 0 {
 		t.add("", outcome)
 	}
@@ -39,18 +46,21 @@ func (t *tally) addAll(gs []*guard.Guard, outcome string) {
 		t.add(g.P.Name, outcome)
 	}
 }
-func (t *tally) deadLetter(reason string)     { t.dlq[reason]++ }
-func (t *tally) effect(effect, status string) { t.effects[[2]string{effect, status}]++ }
+func (t *tally) deadLetter(reason string) { t.dlq[reason]++ }
+func (t *tally) effect(effect string, status IntentStatus) {
+	t.effects[effectKey{effect, status}]++
+}
 
 // Stats are the processor's committed counters. Record-level outcomes of
 // records no projection accepts, and invalid records, count under projection
-// "". The loop's counters (transactions, restores, readiness) are embedded.
+// "". The loop's counters (transactions, restores, readiness) are
+// loopstats.go's.
 type Stats struct {
-	*LoopStats
+	loop    *eos.Stats
 	mu      sync.Mutex
-	events  map[[2]string]int64
+	events  map[eventKey]int64
 	dlq     map[string]int64
-	effects map[[2]string]int64
+	effects map[effectKey]int64
 	gaps    map[string]GapSummary
 	// expiries: gaps committed transactions took up for expiry, in all and
 	// the most in one transaction.
@@ -80,13 +90,10 @@ func (s *Stats) GapExpiries() (total, maxPerTxn int64) {
 	return s.expiries, s.maxExpiries
 }
 
-// TxnObservation is reported to observers after every transaction.
-type TxnObservation = eos.TxnObservation
-
 func newStats() *Stats {
 	return &Stats{
-		LoopStats: eos.NewStats(),
-		events:    map[[2]string]int64{}, dlq: map[string]int64{}, effects: map[[2]string]int64{},
+		loop:   eos.NewStats(),
+		events: map[eventKey]int64{}, dlq: map[string]int64{}, effects: map[effectKey]int64{},
 		gaps: map[string]GapSummary{},
 	}
 }
@@ -106,19 +113,19 @@ func (s *Stats) addTally(t *tally) {
 }
 
 // Events returns committed outcome counts for a projection ("" for record-level).
-func (s *Stats) Events(projection, outcome string) int64 {
+func (s *Stats) Events(projection string, outcome Outcome) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.events[[2]string{projection, outcome}]
+	return s.events[eventKey{projection, outcome}]
 }
 
 // Outcome sums an outcome over all projections.
-func (s *Stats) Outcome(outcome string) int64 {
+func (s *Stats) Outcome(outcome Outcome) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
 	for k, v := range s.events {
-		if k[1] == outcome {
+		if k.outcome == outcome {
 			n += v
 		}
 	}
@@ -133,10 +140,10 @@ func (s *Stats) DeadLetters(reason string) int64 {
 }
 
 // Effects returns the committed count of side-effect intents by status.
-func (s *Stats) Effects(effect, status string) int64 {
+func (s *Stats) Effects(effect string, status IntentStatus) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.effects[[2]string{effect, status}]
+	return s.effects[effectKey{effect, status}]
 }
 
 func (s *Stats) setGaps(g map[string]GapSummary) {

@@ -1,6 +1,7 @@
 package processor_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -68,10 +70,10 @@ func TestTooLargeOutputsDeadLettered(t *testing.T) {
 	default:
 	}
 	st := in.p.Stats()
-	if n := waitEvents(st, "held", 1); n != 1 {
+	if n := waitEvents(st, processor.OutcomeHeld, 1); n != 1 {
 		t.Errorf("%d held, want 1 (version 5 behind the dead-lettered version 4)", n)
 	}
-	if n := waitEvents(st, "too-large", 1); n != 1 {
+	if n := waitEvents(st, processor.OutcomeTooLarge, 1); n != 1 {
 		t.Errorf("%d too-large outcomes, want 1", n)
 	}
 	if err := in.stop(t); err != nil {
@@ -219,7 +221,7 @@ func TestTooLargeDrainLeavesHeld(t *testing.T) {
 	e.produce([]workload.Record{bigMerge("D-1", 1, 10), bigMerge("D-1", 3, 600<<10), bigMerge("D-1", 2, 600<<10)})
 	in := e.start(instOpts{})
 	e.waitCaughtUp(30 * time.Second)
-	if n := waitEvents(in.p.Stats(), "held", 1); n != 1 {
+	if n := waitEvents(in.p.Stats(), processor.OutcomeHeld, 1); n != 1 {
 		t.Errorf("%d held, want 1", n)
 	}
 	if err := in.stop(t); err != nil {
@@ -240,15 +242,15 @@ func TestTooLargeDrainLeavesHeld(t *testing.T) {
 // waitEvents waits up to 10 s for the committed count of outcome to reach
 // want (the counters are published after the commit that the caught-up
 // offsets show) and returns it.
-func waitEvents(st *processor.Stats, outcome string, want int64) int64 {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := st.Events("case-overview", outcome)
-		if n >= want || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+func waitEvents(st *processor.Stats, outcome processor.Outcome, want int64) int64 {
+	return waitProjectionEvents(st, "case-overview", outcome, want)
+}
+
+// waitProjectionEvents is waitEvents for any projection.
+func waitProjectionEvents(st *processor.Stats, projection string, outcome processor.Outcome, want int64) int64 {
+	// On time out the caller's check says what is wrong.
+	_ = testkit.WaitFor(context.Background(), 10*time.Second, func() bool { return st.Events(projection, outcome) >= want })
+	return st.Events(projection, outcome)
 }
 
 // TestSkipExpiryTooLargeDeadLettered: under onTimeout skip, the gap of
@@ -269,25 +271,25 @@ func TestSkipExpiryTooLargeDeadLettered(t *testing.T) {
 	e.produce(recs)
 	in := e.start(instOpts{policy: projection.Skip, hold: time.Minute, now: clock.now})
 	st := in.p.Stats()
-	if n := waitEvents(st, "held", 5); n != 5 {
+	if n := waitEvents(st, processor.OutcomeHeld, 5); n != 5 {
 		t.Fatalf("%d held, want 5", n)
 	}
 	clock.set(2 * time.Minute) // the gap before version 2 expires
-	if n := waitEvents(st, "too-large", 1); n != 1 {
+	if n := waitEvents(st, processor.OutcomeTooLarge, 1); n != 1 {
 		t.Fatalf("%d too-large outcomes after the first expiry, want 1", n)
 	}
-	if n := waitEvents(st, "applied", 3); n != 3 {
+	if n := waitEvents(st, processor.OutcomeApplied, 3); n != 3 {
 		t.Errorf("%d applied after the first expiry, want 3 (versions 2 to 4)", n)
 	}
 	if g := st.Gaps()["case-overview"]; g.Open != 1 {
 		t.Errorf("%d gaps open after the first expiry, want 1 (version 6 behind the dead-lettered 5)", g.Open)
 	}
 	clock.set(4 * time.Minute) // the new gap before version 6 expires
-	if n := waitEvents(st, "applied", 4); n != 4 {
+	if n := waitEvents(st, processor.OutcomeApplied, 4); n != 4 {
 		t.Errorf("%d applied after the second expiry, want 4 (version 6 too)", n)
 	}
 	e.produce([]workload.Record{bigMerge("SMALL-2", 1, 10)})
-	if n := waitEvents(st, "applied", 5); n != 5 {
+	if n := waitEvents(st, processor.OutcomeApplied, 5); n != 5 {
 		t.Errorf("%d applied, want 5 (SMALL-2 too)", n)
 	}
 	select {
@@ -334,14 +336,10 @@ func TestTooLargeOneDeadLetterPerRecord(t *testing.T) {
 	e.produce(recs)
 	in := e.start(instOpts{extra: []*projection.Projection{second}})
 	st := in.p.Stats()
-	if n := waitEvents(st, "too-large", 1); n != 1 {
+	if n := waitEvents(st, processor.OutcomeTooLarge, 1); n != 1 {
 		t.Fatalf("case-overview: %d too-large, want 1", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for st.Events("case-archive", "too-large") < 1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := st.Events("case-archive", "too-large"); n != 1 {
+	if n := waitProjectionEvents(st, "case-archive", processor.OutcomeTooLarge, 1); n != 1 {
 		t.Fatalf("case-archive: %d too-large, want 1", n)
 	}
 	if err := in.stop(t); err != nil {
@@ -465,10 +463,10 @@ func TestIntentLedgerEntryTooLarge(t *testing.T) {
 	in := e.start(instOpts{rules: notifyRules{}})
 	e.waitCaughtUp(60 * time.Second)
 	st := in.p.Stats()
-	if n := waitEvents(st, "too-large", 1); n != 1 {
+	if n := waitEvents(st, processor.OutcomeTooLarge, 1); n != 1 {
 		t.Errorf("%d too-large outcomes, want 1", n)
 	}
-	if n := waitEvents(st, "applied", 1); n != 1 {
+	if n := waitEvents(st, processor.OutcomeApplied, 1); n != 1 {
 		t.Errorf("%d applied, want 1 (the event one byte smaller)", n)
 	}
 	if err := in.stop(t); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/sideeffects"
+	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/webhook"
 )
 
@@ -50,12 +51,11 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	w, err := sideeffects.NewWorker(sideeffects.WorkerConfig{
-		Session: sideeffects.Session{Name: "fx", InstanceID: "w1", Brokers: brokers, DeadLetterTopic: dlq, Store: st,
-			Partitions: 1, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second, Logger: fxLogger()},
+	w, err := sideeffects.NewWorker(withStore(st, sideeffects.WorkerConfig{
+		Session:      sideeffects.Session{Name: "fx", InstanceID: "w1", Brokers: brokers, DeadLetterTopic: dlq, Partitions: 1, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second, Logger: fxLogger()},
 		EffectsTopic: topic,
 		Effects:      map[string]sideeffects.Effect{"fx": {Caller: &webhook.Client{URL: rc.srv.URL, Timeout: 10 * time.Second}}},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +106,9 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		}
 	}
 	var dls []testkit.DeadLetter
-	waitFor(t, time.Minute, "the valid intent's call and every dead letter", func() bool {
+	testkit.Await(t, time.Minute, "the valid intent's call and every dead letter", func() bool {
 		exited()
-		if req, _ := rc.counts(); req["k-valid"] == 0 || w.Stats().Effects("fx", "succeeded") == 0 {
+		if req, _ := rc.counts(); req["k-valid"] == 0 || w.Stats().Effects("fx", effect.Succeeded) == 0 {
 			return false
 		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -121,16 +121,16 @@ func TestExecutorBadRecordsDeadLettered(t *testing.T) {
 		return len(dls) >= len(bad)
 	})
 	seen := checkBadDeadLetters(t, topic, dls, byOffset)
-	if n := w.Stats().Effects("fx", "succeeded"); n != 1 {
+	if n := w.Stats().Effects("fx", effect.Succeeded); n != 1 {
 		t.Errorf("%d keys succeeded, want 1 (k-valid)", n)
 	}
 	// Well-formed reports of an attempt whose outcome the ledger has
 	// recorded already are stale, not bad: counted, not dead-lettered.
 	produce("k-valid", true, `{"op":"outcome","as":"failed","attempt":1,"result":{"statusCode":500}}`)
 	produce("k-valid", true, `{"op":"withdraw","attempt":1,"start":"2026-01-01T00:00:00Z"}`)
-	waitFor(t, time.Minute, "the stale reports", func() bool {
+	testkit.Await(t, time.Minute, "the stale reports", func() bool {
 		exited()
-		return w.Stats().Effects("fx", "stale-report") == 2
+		return w.Stats().StaleReports("fx") == 2
 	})
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
 	"github.com/projector-dev/projector/sideeffects/webhook"
@@ -170,20 +171,20 @@ func TestOneCallPerKeyAcrossRunners(t *testing.T) {
 			if _, _, err := r1.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the first call to reach the receiver", func() bool { return rc.Key("k").Open > 0 })
+			testkit.Await(t, 20*time.Second, "the first call to reach the receiver", func() bool { return rc.Key("k").Open > 0 })
 			old.revoked.Store(true)
 			revoke()
 
 			r2 := newRunner(&revocableStore{MemStore: mem})
 			runRunner(t, r2)
 			var e effect.Entry
-			waitFor(t, "an outcome", func() bool {
+			testkit.Await(t, 20*time.Second, "an outcome", func() bool {
 				e = entry(t, mem, "k")
 				return e.Status.Terminal()
 			})
 			// The revoked Runner's Run returns once its call has returned.
 			<-done
-			time.Sleep(50 * time.Millisecond) // room for a wrong extra call
+			waitIdle(t, r2) // a wrong extra call would be made before r2 is idle
 			k := rc.Key("k")
 			if k.MaxOpen != 1 || k.Conflicts != 0 {
 				t.Errorf("the receiver had %d requests for the key open at once (%d answered 409)", k.MaxOpen, k.Conflicts)

@@ -184,7 +184,7 @@ func (w *Worker) applyCommand(b *eos.Batch, wt *workerTask, r *kgo.Record) error
 	}
 	ov.Flush()
 	b.OnCommit(func() {
-		w.stats.add(e.Effect, "resolved")
+		w.stats.add(e.Effect, labelResolved)
 		w.cfg.Logger.Info("side effect resolved by operator", "key", e.Key, "as", c.As, "note", c.Note)
 	})
 	return nil
@@ -209,7 +209,7 @@ func (w *Worker) applyReport(b *eos.Batch, wt *workerTask, r *kgo.Record, c Comm
 	switch {
 	case errors.Is(err, effect.ErrIllegalTransition) && c.Attempt <= last:
 		b.OnCommit(func() {
-			w.stats.add(e.Effect, "stale-report")
+			w.stats.add(e.Effect, labelStaleReport)
 			w.cfg.Logger.Info("executor report no longer applies: the ledger has moved on", "key", e.Key, "op", c.Op, "attempt", c.Attempt, "err", err)
 		})
 		return nil

@@ -39,7 +39,7 @@ func TestCorruptLedgerRecordStopsRestore(t *testing.T) {
 				return fxOpts{brokers: brokers, id: id, url: rc.url(id), dir: dir, webhookTimeout: 2 * time.Second, workers: 2}
 			}
 			a := startFxWorker(t, opts("a"))
-			waitFor(t, 30*time.Second, "a to succeed every key", func() bool { return a.succeeded() == len(keys) })
+			testkit.Await(t, 30*time.Second, "a to succeed every key", func() bool { return a.succeeded() == len(keys) })
 			if err := a.stop(t); err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestCorruptLedgerRecordStopsRestore(t *testing.T) {
 			}
 			// A new instance with its own state directory restores from 0.
 			b := startFxWorker(t, opts("b"))
-			waitFor(t, 30*time.Second, "b's Run to return", func() bool {
+			testkit.Await(t, 30*time.Second, "b's Run to return", func() bool {
 				return b.returned() || b.w.Stats().Ready()
 			})
 			if !b.returned() {

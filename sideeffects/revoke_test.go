@@ -113,17 +113,16 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := sideeffects.NewWorker(sideeffects.WorkerConfig{
+		w, err := sideeffects.NewWorker(withStore(st, sideeffects.WorkerConfig{
 			Session: sideeffects.Session{
-				Name: "fx", InstanceID: id, Brokers: brokers, DeadLetterTopic: "fx.dlq", Store: st,
-				Partitions: 2, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
+				Name: "fx", InstanceID: id, Brokers: brokers, DeadLetterTopic: "fx.dlq", Partitions: 2, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
 				Logger: slog.New(logs).With("instance", id),
 			},
 			EffectsTopic: topic,
 			Effects:      effects(id), Workers: 8,
 
 			OnChange: onChange,
-		})
+		}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +180,7 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 	}()
 
 	w1 := start("w1", t.TempDir())
-	waitFor(t, time.Minute, "w1 to own both partitions", func() bool { return assigned(w1) == 2 })
+	testkit.Await(t, time.Minute, "w1 to own both partitions", func() bool { return assigned(w1) == 2 })
 	open := func() int {
 		n := 0
 		for _, k := range rc.Keys() {
@@ -201,24 +200,25 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 	for life := range lives {
 		// w1 in its stride (some 15 calls open at 12 intents a second),
 		// so that the revoke, a moment after w2 joins, finds calls running.
-		waitFor(t, time.Minute, "w1's calls in flight", func() bool { return open() >= 8 })
+		testkit.Await(t, time.Minute, "w1's calls in flight", func() bool { return open() >= 8 })
 		before := recovered.Load()
 		w2 := start("w2", dir2)
 		// Ready, not just assigned: the revoke must find w2's Runner
 		// started (it starts at verification).
-		waitFor(t, time.Minute, "w2 to take a partition", func() bool { return assigned(w2) > 0 && w2.w.Stats().Ready() })
+		testkit.Await(t, time.Minute, "w2 to take a partition", func() bool { return assigned(w2) > 0 && w2.w.Stats().Ready() })
 		// Quick lives give the partition back to w1 while the call it
 		// had running when it lost it is still going; slow ones let w2
 		// retry the keys w1 left unknown.
 		if life%2 == 1 {
+			// sleep ok: paces the life (w2 keeps the partition past the deadline of w1's unknown calls, so it may retry them); nothing is asserted on it.
 			time.Sleep(timeout + sideeffects.DeadlineMargin + 500*time.Millisecond)
 		}
 		stop(w2)
-		waitFor(t, time.Minute, "w1 to own both partitions again", func() bool { return assigned(w1) == 2 })
+		testkit.Await(t, time.Minute, "w1 to own both partitions again", func() bool { return assigned(w1) == 2 })
 		if recovered.Load() > before {
 			caught++
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // sleep ok: paces the lives; the test then waits for conditions
 	}
 	stopProducing()
 	<-produced
@@ -228,7 +228,7 @@ func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
 	keysMu.Unlock()
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 	var ledger []effect.Entry
-	waitFor(t, time.Minute, "every key to settle", func() bool {
+	testkit.Await(t, time.Minute, "every key to settle", func() bool {
 		if ledger, err = ops.ReadLedger(ctx, opts, "fx", topic); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/sideeffectstest"
 	"github.com/projector-dev/projector/sideeffects/webhook"
@@ -73,7 +74,7 @@ func entry(t *testing.T, s Store, key string) effect.Entry {
 func waitStatus(t *testing.T, s Store, key string, want effect.Status) effect.Entry {
 	t.Helper()
 	var e effect.Entry
-	waitFor(t, fmt.Sprintf("%s to be %v", key, want), func() bool {
+	testkit.Await(t, 20*time.Second, fmt.Sprintf("%s to be %v", key, want), func() bool {
 		e = entry(t, s, key)
 		return e.Status == want
 	})
@@ -129,12 +130,13 @@ func TestRunnerScenarios(t *testing.T) {
 			if _, dup, err := r.Offer(in.Value); err != nil || dup {
 				t.Fatalf("offer: %v %v", dup, err)
 			}
-			waitFor(t, "final attempt", func() bool {
+			testkit.Await(t, 20*time.Second, "final attempt", func() bool {
 				e := entry(t, store, "k")
 				return e.Attempts == tc.attempts && e.Status == tc.status
 			})
-			// Give a wrongly scheduled extra attempt the chance to happen.
-			time.Sleep(30 * time.Millisecond)
+			// A wrongly scheduled extra attempt would be made before
+			// the Runner is idle.
+			waitIdle(t, r)
 			stop()
 			e := entry(t, store, "k")
 			req, app := rc.counts("k")
@@ -176,7 +178,7 @@ func TestRunnerDuplicates(t *testing.T) {
 		r.Enqueue("k")
 	}
 	e := waitStatus(t, store, "k", effect.Succeeded)
-	time.Sleep(30 * time.Millisecond)
+	waitIdle(t, r) // every repeat enqueue looked at
 	if req, _ := rc.counts("k"); req != 1 || e.Attempts != 1 {
 		t.Fatalf("requests %d attempts %d", req, e.Attempts)
 	}
@@ -201,13 +203,13 @@ func TestRunnerSucceededNeverAgain(t *testing.T) {
 		r.Enqueue("k")
 		r.Offer(in.Value)
 	}
-	time.Sleep(30 * time.Millisecond)
+	waitIdle(t, r)
 	stop()
 
 	r2 := newTestRunner(t, store, rc, "", 0, 2)
 	stop2 := runRunner(t, r2)
 	r2.Enqueue("k")
-	time.Sleep(30 * time.Millisecond)
+	waitIdle(t, r2)
 	stop2()
 	if req, _ := rc.counts("k"); req != 1 {
 		t.Fatalf("receiver saw %d requests for a succeeded key", req)
@@ -272,7 +274,7 @@ func TestRunnerCrashRecoveryPark(t *testing.T) {
 	runRunner(t, r)
 	waitStatus(t, store, "k", effect.Unknown)
 	r.Enqueue("k") // parked: an enqueue does not un-park it
-	time.Sleep(50 * time.Millisecond)
+	waitIdle(t, r)
 	if req, _ := rc.counts("k"); req != 1 {
 		t.Fatalf("parked key was called again: %d requests", req)
 	}
@@ -281,7 +283,7 @@ func TestRunnerCrashRecoveryPark(t *testing.T) {
 		t.Fatalf("resolve: %+v %v", e, err)
 	}
 	r.Enqueue("k")
-	time.Sleep(20 * time.Millisecond)
+	waitIdle(t, r)
 	if req, _ := rc.counts("k"); req != 1 {
 		t.Fatalf("resolved key was called again: %d requests", req)
 	}
@@ -403,7 +405,7 @@ func TestRunnerConcurrency(t *testing.T) {
 		wg.Go(func() { r.Offer(sideeffectstest.Intent(t, fmt.Sprintf("k%02d", i), "fx", "p").Value) })
 	}
 	wg.Wait()
-	waitFor(t, "all succeeded", func() bool {
+	testkit.Await(t, 20*time.Second, "all succeeded", func() bool {
 		var es []effect.Entry
 		store.View(func(l *effect.Ledger) (err error) { es, err = l.List(effect.Succeeded); return err })
 		return len(es) == n
@@ -615,7 +617,7 @@ func (s slowStartStore) Update(fn func(*effect.Ledger) error) error {
 		return err
 	})
 	if err == nil && started {
-		time.Sleep(s.delay())
+		time.Sleep(s.delay()) // sleep ok: the fault itself, a slow commit of the in-flight mark
 	}
 	return err
 }
@@ -652,7 +654,7 @@ func TestSlowStartCommitStillCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	var e effect.Entry
-	waitFor(t, "k to settle", func() bool {
+	testkit.Await(t, 20*time.Second, "k to settle", func() bool {
 		e = entry(t, store.MemStore, "k")
 		return e.Status.Terminal()
 	})
@@ -714,7 +716,7 @@ func TestSlowStartCommitWithdraws(t *testing.T) {
 	runRunner(t, r)
 	r.Offer(sideeffectstest.Intent(t, "k", "fx", "p").Value)
 	var e effect.Entry
-	waitFor(t, "k to settle", func() bool {
+	testkit.Await(t, 20*time.Second, "k to settle", func() bool {
 		e = entry(t, store.MemStore, "k")
 		return e.Status.Terminal()
 	})

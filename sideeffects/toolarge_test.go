@@ -46,14 +46,14 @@ func TestExecutorHugeNonJSONCommandDeadLettered(t *testing.T) {
 	// One at a time: together they make a batch over the topic's limit
 	// (kafka.maxRecordBytes), which the broker refuses whole.
 	for _, r := range []*kgo.Record{cmd, cmd2} {
-		waitFor(t, 30*time.Second, "the effects topic to take a command", func() bool {
+		testkit.Await(t, 30*time.Second, "the effects topic to take a command", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			return cl.ProduceSync(ctx, r).FirstErr() == nil
 		})
 	}
 	var dl []*kgo.Record
-	waitFor(t, 30*time.Second, "the dead letter", func() bool {
+	testkit.Await(t, 30*time.Second, "the dead letter", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		dl, _ = testkit.ReadAll(ctx, brokers, "fx.dlq")
@@ -185,9 +185,9 @@ func TestExecutorHTMLPayloadCalledOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := a.Executor.Stats()
-	waitFor(t, time.Minute, "the HTML event's effect to succeed, or the worker to exit", func() bool {
+	testkit.Await(t, time.Minute, "the HTML event's effect to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 1
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 1
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)
@@ -196,9 +196,9 @@ func TestExecutorHTMLPayloadCalledOnce(t *testing.T) {
 	if err := testkit.Produce(ctx, brokers, "case-events", []workload.Record{escalation("SMALL-1", "x")}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the small event's effect to succeed, or the worker to exit", func() bool {
+	testkit.Await(t, time.Minute, "the small event's effect to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 2
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 2
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)
@@ -271,9 +271,9 @@ func TestExecutorLongAnswersBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := a.Executor.Stats()
-	waitFor(t, 2*time.Minute, "the effect to succeed, or the worker to exit", func() bool {
+	testkit.Await(t, 2*time.Minute, "the effect to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 1
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 1
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)
@@ -309,7 +309,7 @@ func TestExecutorIntentTooLargeForLedger(t *testing.T) {
 	rc := newBodyReceiver(t)
 	a, exited, stop := startHTMLConfig(t, brokers, rc.srv.URL)
 	ws := a.Executor.Stats()
-	waitFor(t, time.Minute, "the executor to be ready", func() bool { ok, _ := ws.Readiness(); return ok })
+	testkit.Await(t, time.Minute, "the executor to be ready", func() bool { ok, _ := ws.Readiness(); return ok })
 	intent := func(key string, n int) *kgo.Record {
 		v := `{"key":"` + key + `","effect":"sla-email","event":{"pad":"` + strings.Repeat("p", n) + `"}}`
 		return &kgo.Record{Topic: "fx.effects", Key: []byte(key), Value: []byte(v)}
@@ -328,9 +328,9 @@ func TestExecutorIntentTooLargeForLedger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, time.Minute, "the intent after it to succeed, or the worker to exit", func() bool {
+	testkit.Await(t, time.Minute, "the intent after it to succeed, or the worker to exit", func() bool {
 		_, out := exited()
-		return out || ws.Effects("sla-email", "succeeded") >= 1
+		return out || ws.Effects("sla-email", effect.Succeeded) >= 1
 	})
 	if err, out := exited(); out {
 		t.Fatalf("the worker exited: %v", err)

@@ -60,7 +60,7 @@ func (h *workerHandler) Begin(b *eos.Batch) error {
 			// could not be fenced. An update that writes nothing
 			// (Recover of a ledger with no call in flight) is done;
 			// one that writes waits for an owned transaction.
-			ov := staging.New(staging.ReadOnly{Store: w.cfg.Store})
+			ov := staging.New(staging.ReadOnly{Store: w.store})
 			if err := r.fn(effect.NewLedger(ov, r.wt.task.Prefix)); err != nil {
 				r.reply <- err
 			} else if len(ov.Writes()) == 0 {
@@ -136,5 +136,5 @@ func (s *taskStore) Update(fn func(*effect.Ledger) error) error {
 }
 
 func (s *taskStore) View(fn func(*effect.Ledger) error) error {
-	return fn(effect.NewLedger(staging.ReadOnly{Store: s.w.cfg.Store}, s.task.Prefix))
+	return fn(effect.NewLedger(staging.ReadOnly{Store: s.w.store}, s.task.Prefix))
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
@@ -50,10 +52,10 @@ func TestUpdateRacesStop(t *testing.T) {
 		{name: "revoke", stop: func(_ *Worker, wt *workerTask) { wt.Revoked() }, want: ErrRevoked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := NewWorker(WorkerConfig{
-				Session:      Session{Name: "fx", InstanceID: "w1", Brokers: []string{"127.0.0.1:1"}, Store: &state.Store{}},
+			w, err := NewWorker(withStore(&state.Store{}, WorkerConfig{
+				Session:      Session{Name: "fx", InstanceID: "w1", Brokers: []string{"127.0.0.1:1"}},
 				EffectsTopic: "fx.effects",
-			})
+			}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,16 +100,16 @@ func TestWorkerRunReturnsWithRunnerInUpdate(t *testing.T) {
 	var failing atomic.Bool
 	rc := newReceiver(t, nil)
 	w, err := NewWorker(WorkerConfig{
-		Session: Session{Name: "fx", InstanceID: "w1", Brokers: brokers, DeadLetterTopic: "fx.dlq", Store: st,
-			Partitions: 1, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
-			Hooks: &Hooks{AfterStage: func() error {
-				if failing.Load() {
-					return crash
-				}
-				return nil
-			}}},
+		Session: Session{Name: "fx", InstanceID: "w1", Brokers: brokers, DeadLetterTopic: "fx.dlq", Partitions: 1,
+			TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second},
 		EffectsTopic: topic,
 		Effects:      map[string]Effect{"fx": {Caller: &webhook.Client{URL: rc.srv.URL, Timeout: longTimeout}}},
+		seams: seam.Seams{Store: st, Hooks: &eos.Hooks{AfterStage: func() error {
+			if failing.Load() {
+				return crash
+			}
+			return nil
+		}}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 var t0 = time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
@@ -69,7 +72,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	rc.bodies[key] = body
 	rc.mu.Unlock()
 	if rc.delay > 0 {
-		time.Sleep(rc.delay)
+		time.Sleep(rc.delay) // sleep ok: the receiver's answer time, part of the scenario
 	}
 	if rc.behave != nil && rc.behave(rc, w, r, key, count) {
 		return
@@ -149,16 +152,15 @@ func dropFirst(n int) behaviour {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitIdle waits until r has nothing scheduled and nothing running: every
+// key enqueued before the call has been looked at, and whatever attempt that
+// started has been recorded and released. A retry the Runner schedules is in
+// its schedule before the attempt's key is released, so a wrongly scheduled
+// extra attempt keeps r busy until it has been made: a test that checks that
+// something did not happen waits for this, not for time.
+func waitIdle(t *testing.T, r *Runner) {
 	t.Helper()
-	// Generous: the machine may be loaded; passing tests return at once.
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testkit.Await(t, 20*time.Second, "the runner to be idle", func() bool { return r.Backlog() == 0 })
 }
 
 // runRunner starts r.Run and returns a stop function that cancels it and
@@ -179,4 +181,10 @@ func runRunner(t *testing.T, r *Runner) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// withStore is c running on st, a store the test opened itself.
+func withStore(st *state.Store, c WorkerConfig) WorkerConfig {
+	c.seams.Store = st
+	return c
 }

@@ -64,7 +64,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	// request timeout overhead (10s); kgo would abandon it and send it
 	// again. Let a's client wait instead, as it would for a slow broker.
 	a := startFxWorker(t, opts("a", kgo.RequestTimeoutOverhead(40*time.Second)))
-	waitFor(t, 30*time.Second, "a to succeed every key", func() bool {
+	testkit.Await(t, 30*time.Second, "a to succeed every key", func() bool {
 		if a.returned() {
 			t.Fatalf("a: Run returned: %v", a.err)
 		}
@@ -113,7 +113,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	// test only listens.
 	unstable := &unstableAnswers{}
 	b := startFxWorker(t, opts("b", kgo.WithLogger(unstable)))
-	waitFor(t, 30*time.Second, "b to be assigned both partitions", func() bool { return len(b.w.Stats().Assigned()) == 2 })
+	testkit.Await(t, 30*time.Second, "b to be assigned both partitions", func() bool { return len(b.w.Stats().Assigned()) == 2 })
 	assignedB := time.Since(heldAt)
 	// Hold a's transaction until b has been answered UNSTABLE_OFFSET_COMMIT
 	// twice (kgo asks again after 1 s: b waited that long with K's
@@ -137,7 +137,7 @@ func TestExecutorRunnerWaitsForVerification(t *testing.T) {
 	close(release)
 	releaseAt := time.Now()
 
-	waitFor(t, 40*time.Second, "the late key to succeed", func() bool {
+	testkit.Await(t, 40*time.Second, "the late key to succeed", func() bool {
 		recs, _ := readLedgerLog(t, brokers)
 		e, ok := lastEntries(recs)[lateKey]
 		return ok && e.Status == effect.Succeeded

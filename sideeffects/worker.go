@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/projector-dev/projector/internal/core/acl"
 	"github.com/projector-dev/projector/internal/core/changelog"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -24,20 +27,33 @@ var errLoopStopped = errors.New("sideeffects: executor loop stopped")
 
 // WorkerConfig configures the executor worker.
 type WorkerConfig struct {
-	// Session is what the executor shares with the processor: Name (the
-	// executor's group is Name-executor), InstanceID, Brokers, ClientOpts,
-	// DeadLetterTopic, Partitions, Store, MaxRecordsPerTxn (default 1000),
-	// MaxRecordBytes (kafka.maxRecordBytes: the producer's batch limit and
-	// created topics' max.message.bytes are raised above it; 0: the
-	// client's defaults), TransactionTimeout (default 40s), SessionTimeout
-	// (default 45s), Logger, Now and Hooks.
+	// Session is who the executor is in Kafka and its transactions'
+	// bounds: Name, InstanceID and Brokers are required.
 	Session
+
+	// StateDir is the directory of the executor's local state: the worker
+	// opens its StateStore there in NewWorker and closes it when Run
+	// returns. Set it or Store.
+	StateDir string
+	// Store is a store opened with OpenStateStore, for a caller that
+	// manages it (the worker never closes it). Set it or StateDir.
+	Store *StateStore
+
+	// EffectsTopic is the topic of the intents the processor produces
+	// (processor.Config.EffectsTopic); default <Name>.effects. Created
+	// when missing.
 	EffectsTopic string
-	Effects      map[string]Effect
-	// Workers bounds concurrent calls per owned partition.
+	// Effects are how each configured effect is called, by name
+	// (EffectsFromConfig builds them from the effect rules).
+	Effects map[string]Effect
+	// Workers bounds concurrent calls per owned partition; default
+	// DefaultWorkers.
 	Workers int
 	// OnChange is called after every committed ledger transition.
 	OnChange func(effect.Entry)
+
+	// seams: what only the repository's own code sets (internal/core/seam).
+	seams seam.Seams
 }
 
 // Group is the executor's consumer group.
@@ -60,6 +76,10 @@ func ChangelogTopic(name, effectsTopic string) string {
 // is committed through the same loop before the Runner goes on.
 type Worker struct {
 	cfg WorkerConfig
+	// store is the local state (WorkerConfig.Store's, or opened in
+	// StateDir: then ownStore, and Run closes it).
+	store    *state.Store
+	ownStore bool
 	// loop holds the owned partitions' workerTasks (their runners); a
 	// runner's own goroutine reaches its workerTask through its taskStore.
 	loop *eos.Loop[*workerTask]
@@ -89,16 +109,16 @@ type Worker struct {
 
 // NewWorker validates cfg and returns a worker; call Run once.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	if cfg.Name == "" || cfg.InstanceID == "" || len(cfg.Brokers) == 0 || cfg.EffectsTopic == "" || cfg.Store == nil {
-		return nil, errors.New("sideeffects: worker needs Name, InstanceID, Brokers, EffectsTopic and Store")
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, err
 	}
-	if cfg.MaxRecordsPerTxn <= 0 {
-		cfg.MaxRecordsPerTxn = 1000
+	w := &Worker{cfg: cfg, stats: &WorkerStats{loop: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
+	if err := w.openStore(); err != nil {
+		return nil, err
 	}
-	cfg.DefaultTimeouts()
-	w := &Worker{cfg: cfg, stats: &WorkerStats{LoopStats: eos.NewStats(), byES: map[[2]string]int64{}, runners: map[*Runner]bool{}}}
 	w.calls = newCallRegistry()
-	lc := cfg.LoopConfig(cfg.Group())
+	ses := cfg.Session.eos(w.store, cfg.seams)
+	lc := ses.LoopConfig(cfg.Group())
 	// The effects topic is projector's own: whoever starts first creates it.
 	lc.CreateInputs = true
 	lc.Inputs = []string{cfg.EffectsTopic}
@@ -107,9 +127,63 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	lc.Needs = []acl.Need{acl.Topic(cfg.EffectsTopic, kmsg.ACLOperationWrite, "report a call's outcome after a revoke")}
 	lc.ChangelogOf = func(in string) string { return ChangelogTopic(cfg.Name, in) }
 	lc.Restore = restoreLedgerRecord
-	lc.Stats = w.stats.LoopStats
+	lc.Stats = w.stats.loop
 	w.loop = eos.New(lc, (*workerHandler)(w))
 	return w, nil
+}
+
+// applyDefaults checks the required settings and fills the defaults.
+func (c *WorkerConfig) applyDefaults() error {
+	if c.Name != "" && c.EffectsTopic == "" {
+		c.EffectsTopic = c.Name + ".effects"
+	}
+	if c.Name != "" && c.DeadLetterTopic == "" {
+		c.DeadLetterTopic = c.Name + ".dlq"
+	}
+	if c.Name == "" || c.InstanceID == "" || len(c.Brokers) == 0 || (c.Store == nil && c.StateDir == "" && c.seams.Store == nil) {
+		return errors.New("sideeffects: worker needs Name, InstanceID, Brokers, and StateDir or Store")
+	}
+	if c.Store != nil && c.Store.st == nil {
+		return errors.New("sideeffects: Store is closed")
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.MaxRecordsPerTxn <= 0 {
+		c.MaxRecordsPerTxn = DefaultMaxRecordsPerTxn
+	}
+	if c.TransactionTimeout <= 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.seams.Now == nil {
+		c.seams.Now = time.Now
+	}
+	return nil
+}
+
+// openStore sets the store the worker runs on: the one the seams give (the
+// caller's), WorkerConfig.Store's, or one it opens in StateDir and closes
+// when Run returns.
+func (w *Worker) openStore() error {
+	switch c := &w.cfg; {
+	case c.seams.Store != nil:
+		w.store = c.seams.Store
+	case c.Store != nil:
+		w.store = c.Store.st
+	default:
+		s, err := OpenStateStore(c.StateDir, 0)
+		if err != nil {
+			return err
+		}
+		w.store, w.ownStore = s.st, true
+	}
+	return nil
 }
 
 // Stats returns the worker's counters.
@@ -137,8 +211,17 @@ func restoreLedgerRecord(key, value []byte, _ time.Time, emit func(key, value []
 
 // Run consumes intents and executes them until ctx is done. On shutdown the
 // runners stop first, so that calls in progress are recorded through the
-// still-running loop, then the loop stops.
+// still-running loop, then the loop stops. A store the worker opened
+// (WorkerConfig.StateDir) is closed when Run returns.
 func (w *Worker) Run(ctx context.Context) error {
+	err := w.run(ctx)
+	if w.ownStore {
+		err = errors.Join(err, w.store.Close())
+	}
+	return err
+}
+
+func (w *Worker) run(ctx context.Context) error {
 	runnersCtx, cancelRunners := context.WithCancel(context.Background())
 	w.runCtx = runnersCtx
 	loopCtx, stopLoop := context.WithCancel(context.Background())

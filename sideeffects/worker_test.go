@@ -14,9 +14,12 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/core/seam"
+	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/internal/operator/ops"
+	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
@@ -147,17 +150,6 @@ func (l *live) stop(t *testing.T) {
 	l.a.Close()
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func setup(t *testing.T, events int) ([]string, []workload.Record, map[string]bool) {
 	t.Helper()
 	_, brokers := testkit.Broker(t, 4, "case-events")
@@ -183,8 +175,8 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	}
 	l := startLive(t, brokers, t.TempDir(), rcv.srv.URL, "retry")
 	ws := func() *sideeffects.WorkerStats { return l.a.Executor.Stats() }
-	waitFor(t, 2*time.Minute, "every key to succeed", func() bool {
-		return ws().Effects("sla-email", "succeeded") >= int64(len(keys))
+	testkit.Await(t, 2*time.Minute, "every key to succeed", func() bool {
+		return ws().Effects("sla-email", effect.Succeeded) >= int64(len(keys))
 	})
 	// Deliver every intent again: the ledger must take them as duplicates.
 	ledger, err := ops.ReadLedger(context.Background(), []kgo.Opt{kgo.SeedBrokers(brokers...)}, "fx", "fx.effects")
@@ -195,12 +187,12 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	for _, e := range ledger {
 		again = append(again, workload.Record{Key: []byte(e.Key), Value: e.Intent})
 	}
-	before := ws().Effects("sla-email", "duplicate")
+	before := ws().Duplicates("sla-email")
 	if err := testkit.Produce(context.Background(), brokers, "fx.effects", again); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "redelivered intents to be seen", func() bool {
-		return ws().Effects("sla-email", "duplicate") >= before+int64(len(again))
+	testkit.Await(t, time.Minute, "redelivered intents to be seen", func() bool {
+		return ws().Duplicates("sla-email") >= before+int64(len(again))
 	})
 	l.stop(t)
 
@@ -215,7 +207,7 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 	if len(req) != len(keys) {
 		t.Errorf("receiver saw %d keys, want %d", len(req), len(keys))
 	}
-	enqueued := l.a.Processor.Stats().Effects("sla-email", "enqueued")
+	enqueued := l.a.Processor.Stats().Effects("sla-email", processor.IntentEnqueued)
 	if enqueued != int64(2*len(keys)) { // two projections emit each key
 		t.Errorf("intents enqueued %d, want %d (2 projections x %d keys)", enqueued, 2*len(keys), len(keys))
 	}
@@ -229,7 +221,7 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 		t.Errorf("ledger: %d of %d keys succeeded with one attempt and the receiver's ref", succeeded, len(keys))
 	}
 	t.Logf("%d intents (%d per projection), %d executions, %d successes, 0 retries, 0 unknowns; %d intents redelivered -> %d duplicates; max requests per key %d",
-		enqueued, len(keys), len(req), succeeded, len(again), ws().Effects("sla-email", "duplicate"), maxReq)
+		enqueued, len(keys), len(req), succeeded, len(again), ws().Duplicates("sla-email"), maxReq)
 }
 
 // TestLiveEffectsUnknownOutcomes: the receiver applies some keys and then
@@ -259,10 +251,10 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 			if policy == "retry" {
 				want = int64(len(keys))
 			}
-			waitFor(t, 2*time.Minute, "the known outcomes", func() bool { return ws.Effects("sla-email", "succeeded") >= want })
+			testkit.Await(t, 2*time.Minute, "the known outcomes", func() bool { return ws.Effects("sla-email", effect.Succeeded) >= want })
 			opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 			if policy == "park" {
-				waitFor(t, time.Minute, "parked keys", func() bool { return ws.Effects("sla-email", "unknown") >= int64(len(hung)) })
+				testkit.Await(t, time.Minute, "parked keys", func() bool { return ws.Effects("sla-email", effect.Unknown) >= int64(len(hung)) })
 				ledger, err := ops.ReadLedger(context.Background(), opts, "fx", "fx.effects")
 				if err != nil {
 					t.Fatal(err)
@@ -284,7 +276,7 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 				if err := ops.SendResolve(context.Background(), opts, "fx.effects", one, effect.Succeeded, "checked by hand"); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, time.Minute, "the resolve", func() bool { return ws.Effects("sla-email", "resolved") >= 1 })
+				testkit.Await(t, time.Minute, "the resolve", func() bool { return ws.Resolved("sla-email") >= 1 })
 			}
 			l.stop(t)
 			req, applied := rcv.counts()
@@ -308,4 +300,11 @@ func TestLiveEffectsUnknownOutcomes(t *testing.T) {
 			t.Logf("onUnknown %s: %d keys, %d hung (unknown), %d retries with the same key, every key applied once", policy, len(keys), len(hung), retries)
 		})
 	}
+}
+
+// withStore is c running on st, a store the test opened itself
+// (internal/core/seam: not public API).
+func withStore(st *state.Store, c sideeffects.WorkerConfig) sideeffects.WorkerConfig {
+	seam.Executor(&c, seam.Seams{Store: st})
+	return c
 }

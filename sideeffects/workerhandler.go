@@ -51,7 +51,7 @@ func (wt *workerTask) Restored() error {
 	ctx, cancel := context.WithCancel(w.runCtx)
 	r, err := NewRunner(RunnerConfig{
 		Store: (*taskStore)(wt), Effects: w.cfg.Effects, Workers: w.cfg.Workers,
-		Now: w.cfg.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
+		Now: w.cfg.seams.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
 		calls: w.calls, Scope: string(t.Prefix), Report: w.report, ReportWithdrawal: w.reportWithdrawal, OnChange: w.changed,
 	})
 	if err != nil {
@@ -142,11 +142,11 @@ func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 		return wt.refuse(b, r, "", err)
 	}
 	if dup {
-		b.OnCommit(func() { w.stats.add(in.Effect, "duplicate") })
+		b.OnCommit(func() { w.stats.add(in.Effect, labelDuplicate) })
 		return nil
 	}
 	b.OnCommit(func() {
-		w.stats.add(e.Effect, "pending")
+		w.stats.add(e.Effect, effect.Pending.String())
 		if runner != nil {
 			runner.Enqueue(e.Key)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -25,9 +27,9 @@ func aclGranted(t *testing.T, e *aclEnv) {
 		p := e.startApp(top, grantee("processor"), wiring.RoleProcessor)
 		st := p.a.Processor.Stats()
 		waitWorking(t, p, "8 events applied, 2 held, 1 dead-lettered", func() bool {
-			return st.Outcome("applied") >= 8 && st.Outcome("held") >= 2 && st.Outcome("invalid") >= 1
+			return st.Outcome(processor.OutcomeApplied) >= 8 && st.Outcome(processor.OutcomeHeld) >= 2 && st.Outcome(processor.OutcomeInvalid) >= 1
 		})
-		t.Logf("applied %d, held %d, invalid %d", st.Outcome("applied"), st.Outcome("held"), st.Outcome("invalid"))
+		t.Logf("applied %d, held %d, invalid %d", st.Outcome(processor.OutcomeApplied), st.Outcome(processor.OutcomeHeld), st.Outcome(processor.OutcomeInvalid))
 	})
 	t.Run("executor", func(t *testing.T) {
 		x := e.startApp(top, grantee("executor"), wiring.RoleExecutor)
@@ -55,7 +57,7 @@ func aclGranted(t *testing.T, e *aclEnv) {
 		}
 		req.Header.Set(ingress.HeaderKey, "acl-ingress-1")
 		req.Header.Set("Content-Type", "application/json")
-		waitUntil(t, "the ingress to be ready", time.Minute, func() bool { ok, _ := s.Ready(); return ok })
+		testkit.Await(t, time.Minute, "the ingress to be ready", func() bool { ok, _ := s.Ready(); return ok })
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -126,7 +128,7 @@ func aclRunExpectingFailure(t *testing.T, e *aclEnv, role string, n aclNames, us
 	switch role {
 	case "processor":
 		p := e.startApp(t, cfg, wiring.RoleProcessor)
-		return p.failure(t, func() bool { return p.a.Processor.Stats().Outcome("applied") > 0 })
+		return p.failure(t, func() bool { return p.a.Processor.Stats().Outcome(processor.OutcomeApplied) > 0 })
 	case "executor":
 		x := e.startApp(t, cfg, wiring.RoleExecutor)
 		return x.failure(t, func() bool { return false })

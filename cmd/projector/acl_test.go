@@ -14,6 +14,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/core/acl"
+	"github.com/projector-dev/projector/processor"
 )
 
 // The Kafka ACLs each role needs, as docs/operations.md#kafka-acls lists
@@ -285,7 +286,7 @@ func TestKafkaACLsUnreportedOperations(t *testing.T) {
 	}
 	gs[0] = groupGrant(n.name, opDescribe)
 	p := e.startApp(t, e.config(t, n, e.principal(t, "processor", gs)), wiring.RoleProcessor)
-	err := p.failure(t, func() bool { return p.a.Processor.Stats().Outcome("applied") > 0 })
+	err := p.failure(t, func() bool { return p.a.Processor.Stats().Outcome(processor.OutcomeApplied) > 0 })
 	if err == nil || !strings.Contains(err.Error(), read.need.String()) || strings.Contains(err.Error(), "cannot start") {
 		t.Fatalf("error %v\nwant the join's refusal naming %s", err, read.need)
 	}

@@ -172,14 +172,15 @@ func (d *demo) story(ctx context.Context) error {
 	}
 	st := d.a.Processor.Stats()
 	fmt.Fprintln(d.w, "   outcome\texpected\tactual\t")
-	for _, o := range []string{"applied", "duplicate", "stale", "held", "conflict", "invalid"} {
+	for _, o := range []processor.Outcome{processor.OutcomeApplied, processor.OutcomeDuplicate, processor.OutcomeStale,
+		processor.OutcomeHeld, processor.OutcomeConflict, processor.OutcomeInvalid} {
 		got := st.Outcome(o)
 		mark := ""
-		if got != want[o] {
+		if got != want[o.String()] {
 			mark = "  <- MISMATCH"
 			d.mismatch++
 		}
-		fmt.Fprintf(d.w, "   %s\t%d\t%d\t%s\n", o, want[o], got, mark)
+		fmt.Fprintf(d.w, "   %s\t%d\t%d\t%s\n", o, want[o.String()], got, mark)
 	}
 	d.w.Flush()
 	if err := d.printProjection(ctx); err != nil {
@@ -246,7 +247,7 @@ func (d *demo) printDeadLetters(ctx context.Context) error {
 func (d *demo) storyEffects(ctx context.Context) error {
 	a, cfg := d.a, d.cfg
 	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool {
-		return a.Executor.Stats().Effects("sla-breach-email", "unknown") >= 1
+		return a.Executor.Stats().Effects("sla-breach-email", effect.Unknown) >= 1
 	}); err != nil {
 		return fmt.Errorf("waiting for the side effect: %w", err)
 	}
@@ -259,7 +260,7 @@ func (d *demo) storyEffects(ctx context.Context) error {
 		return err
 	}
 	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool {
-		return a.Executor.Stats().Effects("sla-breach-email", "resolved") >= 1
+		return a.Executor.Stats().Resolved("sla-breach-email") >= 1
 	}); err != nil {
 		return fmt.Errorf("waiting for the resolve: %w", err)
 	}
@@ -274,7 +275,7 @@ func (d *demo) storyEffects(ctx context.Context) error {
 // settledOutcomes counts the outcomes that settle an input record (held
 // ones are settled later, as applied or dead-lettered).
 func settledOutcomes(s *processor.Stats) int64 {
-	return s.Outcome("applied") + s.Outcome("duplicate") + s.Outcome("stale") + s.Outcome("conflict") + s.Outcome("invalid")
+	return s.Outcome(processor.OutcomeApplied) + s.Outcome(processor.OutcomeDuplicate) + s.Outcome(processor.OutcomeStale) + s.Outcome(processor.OutcomeConflict) + s.Outcome(processor.OutcomeInvalid)
 }
 
 // volume is part 2: n generated events, checked against an independent
@@ -321,10 +322,10 @@ func (d *demo) volume(ctx context.Context, n int) error {
 // executor settled every intent enqueued. It returns that count.
 func (d *demo) allEffects(ctx context.Context) (int64, error) {
 	a := d.a
-	enq := a.Processor.Stats().Effects("sla-breach-email", "enqueued")
+	enq := a.Processor.Stats().Effects("sla-breach-email", processor.IntentEnqueued)
 	if err := testkit.WaitFor(ctx, 2*time.Minute, func() bool {
 		es := a.Executor.Stats()
-		return es.Effects("sla-breach-email", "succeeded")+es.Effects("sla-breach-email", "unknown")+es.Effects("sla-breach-email", "duplicate") >= enq
+		return es.Effects("sla-breach-email", effect.Succeeded)+es.Effects("sla-breach-email", effect.Unknown)+es.Duplicates("sla-breach-email") >= enq
 	}); err != nil {
 		return 0, fmt.Errorf("waiting for the side effects: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/processor"
 )
 
 // The demo's streams in other formats (configs/demo.yaml's kafka.input): a
@@ -65,18 +66,18 @@ func (d *demo) formats(ctx context.Context) error {
 		{Topic: demoAvroTopic, Key: []byte("CASE-9"), Value: append(framed, bin...)},
 		{Topic: demoAvroTopic, Key: []byte("CASE-9"), Value: asJSON}}
 	st := d.a.Processor.Stats()
-	applied, dup := st.Outcome("applied"), st.Outcome("duplicate")
+	applied, dup := st.Outcome(processor.OutcomeApplied), st.Outcome(processor.OutcomeDuplicate)
 	fmt.Fprintf(d.stdout, "\n   Your existing stream (kafka.input formats): a CloudEvent on %s (binary mode), an Avro record\n   on %s (schema id %d, embedded Schema Registry) and the same Avro event again as plain JSON:\n",
 		demoCloudEventsTopic, demoAvroTopic, ss.ID)
 	if err := testkit.ProduceRecords(ctx, d.a.Brokers, 1<<20, recs...); err != nil {
 		return err
 	}
 	if err := testkit.WaitFor(ctx, 30*time.Second, func() bool {
-		return st.Outcome("applied") >= applied+2 && st.Outcome("duplicate") >= dup+1
+		return st.Outcome(processor.OutcomeApplied) >= applied+2 && st.Outcome(processor.OutcomeDuplicate) >= dup+1
 	}); err != nil {
 		return fmt.Errorf("demo: waiting for the CloudEvent and the Avro record: %w", err)
 	}
-	gotApplied, gotDup := st.Outcome("applied")-applied, st.Outcome("duplicate")-dup
+	gotApplied, gotDup := st.Outcome(processor.OutcomeApplied)-applied, st.Outcome(processor.OutcomeDuplicate)-dup
 	mark := ""
 	if gotApplied != 2 || gotDup != 1 {
 		mark = "  <- MISMATCH"

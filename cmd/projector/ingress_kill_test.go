@@ -75,19 +75,16 @@ func (in *ingressInstance) kill() {
 // 503 or a refused connection).
 func (in *ingressInstance) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get("http://" + in.addr + "/v1/receipts/probe")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNotFound {
-				return
-			}
+	var err error
+	if werr := testkit.WaitFor(context.Background(), time.Minute, func() bool {
+		var resp *http.Response
+		if resp, err = http.Get("http://" + in.addr + "/v1/receipts/probe"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: ingress not ready within a minute (last: %v)", in.name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusNotFound
+	}); werr != nil {
+		t.Fatalf("%s: ingress not ready within a minute (last: %v)", in.name, err)
 	}
 }
 
@@ -162,7 +159,7 @@ func TestIngressConcurrentKill(t *testing.T) {
 			resp, err := hc.Do(req)
 			if err != nil {
 				inIdx = 1 - inIdx
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // sleep ok: the client's retry pause, as a real client's
 				continue
 			}
 			b, _ := io.ReadAll(resp.Body)
@@ -173,7 +170,7 @@ func TestIngressConcurrentKill(t *testing.T) {
 				fiveXX = append(fiveXX, fmt.Sprintf("%d@%d from %s: %s", resp.StatusCode, time.Now().UnixNano(), in.name, b))
 				mu.Unlock()
 				inIdx = 1 - inIdx
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // sleep ok: the client's retry pause after a 5xx
 				continue
 			case resp.StatusCode == http.StatusAccepted,
 				resp.StatusCode == http.StatusConflict && resp.Header.Get("Retry-After") != "":
@@ -181,7 +178,7 @@ func TestIngressConcurrentKill(t *testing.T) {
 				// (cannot happen here: a key's attempts are sequential,
 				// but an earlier attempt's request may still be handled
 				// after the client gave up on it).
-				time.Sleep(200 * time.Millisecond)
+				time.Sleep(200 * time.Millisecond) // sleep ok: the client's pause before it asks again (202, 409 Retry-After)
 				continue
 			}
 			return attempt{changed: changed, code: resp.StatusCode, body: b, at: time.Now()}
@@ -208,13 +205,11 @@ func TestIngressConcurrentKill(t *testing.T) {
 	killDone := make(chan struct{})
 	go func() {
 		defer close(killDone)
-		for done.Load() < int64(keys/3) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		_ = testkit.WaitFor(context.Background(), 5*time.Minute, func() bool { return done.Load() >= int64(keys/3) })
 		killedAt.Store(time.Now().UnixNano())
 		doneAtKill.Store(done.Load())
 		inst[0].kill()
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // sleep ok: the instance stays down a second (the fault); the test then waits for it to answer
 		inst[0].start(t)
 		inst[0].waitReady(t)
 		backAt.Store(time.Now().UnixNano())

@@ -118,12 +118,10 @@ func startWorker(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(cmd.Stderr.(*syncWriter).String(), "processor started") {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker did not start: %s", cmd.Stderr.(*syncWriter).String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testkit.WaitFor(context.Background(), time.Minute, func() bool {
+		return strings.Contains(cmd.Stderr.(*syncWriter).String(), "processor started")
+	}); err != nil {
+		t.Fatalf("worker did not start (%v): %s", err, cmd.Stderr.(*syncWriter).String())
 	}
 	return cmd, &stderr
 }

@@ -16,6 +16,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,6 +37,7 @@ import (
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/processor"
 	sideeffect "github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -109,17 +111,6 @@ func (w *worker) close() {
 	w.stop = nil
 }
 
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runCmd runs a command function as main does and returns its exit code and output.
 func runCmd(fn func(context.Context, []string, io.Writer, io.Writer) error, args ...string) (int, string, string) {
 	var o, e bytes.Buffer
@@ -173,7 +164,7 @@ func TestGapsInspectSkip(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := w.app.Processor.Stats()
-	waitUntil(t, "3 held events", time.Minute, func() bool { return st.Events("overview", "held") >= 3 })
+	testkit.Await(t, time.Minute, "3 held events", func() bool { return st.Events("overview", processor.OutcomeHeld) >= 3 })
 
 	// gaps list against the running worker.
 	code, out, errOut := runCmd(runGaps, "list", "--config", cfgPath)
@@ -276,7 +267,7 @@ func TestGapsInspectSkip(t *testing.T) {
 		t.Fatalf("gaps skip with the worker stopped: exit %d\n%s%s", code, out, errOut)
 	}
 	w = startOpsWorker(t, cfgPath)
-	waitUntil(t, "CASE-7 v2 on overview.v1", time.Minute, func() bool {
+	testkit.Await(t, time.Minute, "CASE-7 v2 on overview.v1", func() bool {
 		return fmt.Sprint(projectionVersions(t, w.app.Brokers, "overview.v1")["CASE-7"]) == "[2]"
 	})
 	code, out, _ = runCmd(runGaps, "list", "--config", cfgPath)
@@ -439,7 +430,7 @@ kafka:
   tls: {enabled: true, caFile: %q}
   sasl: {mechanism: SCRAM-SHA-512, username: projector, password: "${KAFKA_PASSWORD}"}
 state: {dir: %q}
-http: {listen: "off"}
+http: {listen: %q}
 projections:
   - name: overview
     topic: overview.v1
@@ -460,7 +451,8 @@ func TestRunTLSSASLBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	cfgPath := writeConfig(t, fmt.Sprintf(secureRunConfig, b.Addr(), caFile, filepath.Join(t.TempDir(), "state")))
+	httpAddr := freeAddr(t)
+	cfgPath := writeConfig(t, fmt.Sprintf(secureRunConfig, b.Addr(), caFile, filepath.Join(t.TempDir(), "state"), httpAddr))
 
 	t.Run("right secret", func(t *testing.T) {
 		t.Setenv("KAFKA_PASSWORD", "s3cret")
@@ -468,7 +460,12 @@ func TestRunTLSSASLBinary(t *testing.T) {
 		// creates inputs only on the embedded broker).
 		createSecureTopic(t, b.Addr(), caFile, "events")
 		cmd, stderr := startWorker(t, "run", "--config", cfgPath)
-		time.Sleep(2 * time.Second) // a bad handshake fails well within this
+		// Ready: it has joined the group and holds its partitions, so
+		// every handshake (TLS, SASL) went through.
+		testkit.Await(t, time.Minute, "the worker to be ready over TLS+SASL", func() bool {
+			code, _ := httpGet(httpAddr, "/readyz")
+			return code == http.StatusOK
+		})
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

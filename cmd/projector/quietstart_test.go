@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 // TestHealthyStartLogsNoWarning: `projector run` on the embedded broker, with
@@ -28,8 +31,7 @@ func TestHealthyStartLogsNoWarning(t *testing.T) {
     webhook: {url: "http://127.0.0.1:9/notify", timeout: 1s}
 `
 	cmd, _ := startWorker(t, "run", "--config", writeConfig(t, body))
-	deadline := time.Now().Add(time.Minute)
-	for {
+	if err := testkit.WaitFor(context.Background(), time.Minute, func() bool {
 		ready := false
 		if resp, err := http.Get("http://" + listen + "/readyz"); err == nil {
 			ready = resp.StatusCode == http.StatusOK
@@ -41,13 +43,9 @@ func TestHealthyStartLogsNoWarning(t *testing.T) {
 			resp.Body.Close()
 		}
 		// Ready, and a lag refresh has seen the assigned partitions.
-		if ready && strings.Contains(string(metrics), "projector_consumer_lag{partition=\"0\",topic=\"events\"}") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready with lag within a minute:\n%s", cmd.Stderr.(*syncWriter).String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ready && strings.Contains(string(metrics), "projector_consumer_lag{partition=\"0\",topic=\"events\"}")
+	}); err != nil {
+		t.Fatalf("not ready with lag within a minute:\n%s", cmd.Stderr.(*syncWriter).String())
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,12 +45,13 @@ func TestTwinInstanceIDExits(t *testing.T) {
 	// start is what fences it.
 	http1 := freeAddr(t)
 	w1, _ := startWorker(t, "run", "--config", config(1, http1), "--brokers", b.Addr())
-	deadline := time.Now().Add(time.Minute)
-	for code, body := httpGet(http1, "/readyz"); code != 200; code, body = httpGet(http1, "/readyz") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the first process is not ready a minute after its start: %d %s\n%s", code, body, stderrOf(w1))
-		}
-		time.Sleep(50 * time.Millisecond)
+	var code int
+	var body string
+	if err := testkit.WaitFor(context.Background(), time.Minute, func() bool {
+		code, body = httpGet(http1, "/readyz")
+		return code == 200
+	}); err != nil {
+		t.Fatalf("the first process is not ready a minute after its start: %d %s\n%s", code, body, stderrOf(w1))
 	}
 	w2, _ := startWorker(t, "run", "--config", config(2, freeAddr(t)), "--brokers", b.Addr())
 

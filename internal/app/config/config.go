@@ -6,7 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/webhook"
 )
@@ -14,17 +16,18 @@ import (
 // Defaults. Zero values in a Config are replaced by these in ApplyDefaults,
 // and by those of the packages that use them: a side effect's
 // webhook.DefaultTimeout, effect.DefaultMaxAttempts and
-// effect.OnUnknownRetry.
+// effect.OnUnknownRetry. A default of a processor setting is the
+// processor's (or dedup's) own constant, declared once there.
 const (
-	DefaultTransactionTimeout       = 40 * time.Second
-	DefaultMaxRecordsPerTransaction = 5000
-	DefaultSessionTimeout           = 45 * time.Second
+	DefaultTransactionTimeout       = processor.DefaultTransactionTimeout
+	DefaultMaxRecordsPerTransaction = processor.DefaultMaxRecordsPerTxn
+	DefaultSessionTimeout           = processor.DefaultSessionTimeout
 	DefaultEmbeddedListen           = "127.0.0.1:9092"
-	DefaultEmbeddedPartitions       = 4
+	DefaultEmbeddedPartitions       = processor.DefaultPartitions
 	DefaultCacheSize                = 64 << 20 // 64 MiB
-	DefaultDedupRetention           = 168 * time.Hour
-	DefaultHoldTimeout              = 5 * time.Minute
-	DefaultMaxHeldPerAggregate      = 10000
+	DefaultDedupRetention           = dedup.DefaultRetention
+	DefaultHoldTimeout              = processor.DefaultHoldTimeout
+	DefaultMaxHeldPerAggregate      = processor.DefaultMaxHeld
 	DefaultHTTPListen               = "127.0.0.1:9464"
 
 	// HTTPOff as http.listen disables the HTTP server.

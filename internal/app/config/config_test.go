@@ -142,7 +142,7 @@ func TestContractConfigsLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo.yaml: %v", err)
 	}
-	if d.Name != "demo" || !d.Kafka.Embedded || !slices.Equal(d.Kafka.InputNames(), []string{"demo-events"}) ||
+	if d.Name != "demo" || !d.Kafka.Embedded || !slices.Equal(d.Kafka.InputNames(), []string{"demo-events", "demo-billing", "demo-orders.avro"}) || d.Kafka.Input[1].Format != "cloudevents" ||
 		d.Projections[0].Name != "case-overview" || d.Projections[0].Topic != "demo.case-overview.v1" ||
 		d.Gaps.HoldTimeout != Duration(2*time.Second) || d.Gaps.OnTimeout != OnTimeoutDeadLetter ||
 		d.SideEffects[0].Name != "sla-breach-email" {

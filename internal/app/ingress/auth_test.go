@@ -202,7 +202,7 @@ func runWorker(t *testing.T, a *wiring.App, instance string) *worker {
 		}
 	})
 	<-a.Ingress.Listening()
-	waitFor(t, "the worker to be ready", func() bool { ok, _ := a.Ready(); return ok })
+	testkit.Await(t, 30*time.Second, "the worker to be ready", func() bool { ok, _ := a.Ready(); return ok })
 	return w
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 // TestIngressAuthTable covers every row of docs/ingress.md's authentication
@@ -206,13 +208,13 @@ func (aw *authWorld) reloadRows(t *testing.T, post poster) {
 		return v
 	}
 	writeFile(t, aw.tokensFile, []byte(tokenLine(aw.umbrella, "umbrella")+tokenLine(aw.globex, "globex")+tokenLine(aw.lim, "limited")))
-	waitFor(t, "the tokens file to be reloaded", func() bool { return reloads("ok") == 1 })
+	testkit.Await(t, 30*time.Second, "the tokens file to be reloaded", func() bool { return reloads("ok") == 1 })
 	if r := post(aw.plain, aw.umbrella, "", "u-1", event("U-1")); r.code != 201 || decodeOK(t, r).TenantID != "umbrella" {
 		t.Fatalf("a token added to the file: %d %s, want 201", r.code, r.body)
 	}
 	expectRefused(t, "a token removed from the file", post(aw.plain, aw.acme, "", "k-9", event("A-9")), 401, "invalid_token")
 	writeFile(t, aw.tokensFile, []byte("this line is no credential\n"))
-	waitFor(t, "the broken tokens file to be refused", func() bool { return reloads("error") == 1 })
+	testkit.Await(t, 30*time.Second, "the broken tokens file to be refused", func() bool { return reloads("error") == 1 })
 	if r := post(aw.plain, aw.umbrella, "", "u-2", event("U-2")); r.code != 201 {
 		t.Fatalf("after a broken reload: %d %s, want the previous credentials kept", r.code, r.body)
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/app/ingress"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/receipt"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/processor"
 )
 
 // claimConfig is a worker whose projection fires a side effect for every
@@ -73,7 +73,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 		req.Header.Set(ingress.HeaderTenant, tenant)
 		resp, err := c.hc.Do(req)
 		if err != nil {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: the client's retry pause
 			continue
 		}
 		b, err := io.ReadAll(resp.Body)
@@ -81,7 +81,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 		r := reply{resp.StatusCode, resp.Header, b}
 		switch {
 		case err != nil, r.code >= 500, r.code == http.StatusConflict && r.hdr.Get("Retry-After") != "":
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: the client's retry pause
 		case r.code == http.StatusAccepted:
 			if c.accepted != nil {
 				c.accepted()
@@ -89,7 +89,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 			if c.polled != nil {
 				<-c.polled
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: the client's pause before it polls again
 		default:
 			return r, nil
 		}
@@ -99,7 +99,7 @@ func (c *client) send(url, key, tenant, body string) (reply, error) {
 
 // claimWorkers runs n workers of claimConfig on broker addr, each with its
 // own state directory under dir and the hooks given (nil: none).
-func claimWorkers(t *testing.T, addr, dir, timeout, sink string, n int, hooks *processor.Hooks) []*worker {
+func claimWorkers(t *testing.T, addr, dir, timeout, sink string, n int, hooks *eos.Hooks) []*worker {
 	t.Helper()
 	ws := make([]*worker, n)
 	for i := range ws {
@@ -130,7 +130,7 @@ func waitProcessed(t *testing.T, brokers []string, topic string) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	waitFor(t, "the processor's group past every record of "+topic, func() bool {
+	testkit.Await(t, 30*time.Second, "the processor's group past every record of "+topic, func() bool {
 		committed, err := adm.FetchOffsets(context.Background(), "ing")
 		if err != nil {
 			return false
@@ -167,7 +167,7 @@ func testOneKeyOneEvent(t *testing.T, instances int) {
 	t.Cleanup(sink.Close)
 	var hold atomic.Bool
 	release := make(chan struct{})
-	hooks := &processor.Hooks{AfterStage: func() error {
+	hooks := &eos.Hooks{AfterStage: func() error {
 		if hold.Load() {
 			<-release
 		}
@@ -193,7 +193,7 @@ func testOneKeyOneEvent(t *testing.T, instances int) {
 			finals[i] = r
 		})
 	}
-	waitFor(t, "every body written (answered 202 once)", func() bool {
+	testkit.Await(t, 30*time.Second, "every body written (answered 202 once)", func() bool {
 		for i := range written {
 			if !written[i].Load() {
 				return false
@@ -513,7 +513,7 @@ func TestIngressKeyBeforeClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := startWorker(t, b.Addr(), "w1", true, nil)
-	waitFor(t, "the legacy receipt", func() bool {
+	testkit.Await(t, 30*time.Second, "the legacy receipt", func() bool {
 		req, _ := http.NewRequest("GET", w.url+"/v1/receipts/legacy?tenant=t1", nil)
 		return do(t, req).code == http.StatusAccepted // one of its two events has a receipt
 	})

@@ -23,9 +23,9 @@ import (
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/core/envelope"
+	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/receipt"
 	"github.com/projector-dev/projector/internal/harness/testkit"
-	"github.com/projector-dev/projector/processor"
 )
 
 const workerConfig = `name: ing
@@ -56,7 +56,7 @@ type worker struct {
 }
 
 // startWorker runs a worker against brokers; hooks may hold its transactions.
-func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hooks *processor.Hooks, extraYAML ...string) *worker {
+func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hooks *eos.Hooks, extraYAML ...string) *worker {
 	t.Helper()
 	src := fmt.Sprintf(workerConfig, brokers, instance, filepath.Join(t.TempDir(), "state"), requireTenant) + strings.Join(extraYAML, "")
 	return startWorkerFrom(t, src, instance, hooks)
@@ -64,7 +64,7 @@ func startWorker(t *testing.T, brokers, instance string, requireTenant bool, hoo
 
 // startWorkerFrom runs a worker of the configuration src and waits until it
 // is ready.
-func startWorkerFrom(t *testing.T, src, instance string, hooks *processor.Hooks) *worker {
+func startWorkerFrom(t *testing.T, src, instance string, hooks *eos.Hooks) *worker {
 	t.Helper()
 	cfg, err := config.Parse([]byte(src), nil)
 	if err != nil {
@@ -100,7 +100,7 @@ func startWorkerFrom(t *testing.T, src, instance string, hooks *processor.Hooks)
 			_, why := a.Ready()
 			t.Fatalf("worker %s not ready: %s", instance, why)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 	}
 	return w
 }
@@ -216,7 +216,7 @@ func TestIngressTable(t *testing.T) {
 	b, brokers := testkit.Broker(t, 2, "events")
 	var hold atomic.Bool
 	release := make(chan struct{})
-	hooks := &processor.Hooks{AfterStage: func() error {
+	hooks := &eos.Hooks{AfterStage: func() error {
 		if hold.Load() {
 			<-release
 		}
@@ -278,7 +278,7 @@ func TestIngressTable(t *testing.T) {
 	const ev3 = `{"eventType":"CaseOpened","aggregateId":"C-3","aggregateVersion":1,"payload":{}}`
 	firstDone := make(chan reply, 1)
 	go func() { firstDone <- post(t, w.url, "k-3", "t1", ev3) }()
-	waitFor(t, "the first request to be in flight", func() bool { return claimed(t, brokers) == 3 })
+	testkit.Await(t, 30*time.Second, "the first request to be in flight", func() bool { return claimed(t, brokers) == 3 })
 	r = post(t, w.url, "k-3", "t1", ev3)
 	problemField(t, r, 409, ingress.HeaderKey)
 	if r.hdr.Get("Retry-After") == "" {
@@ -299,7 +299,7 @@ func TestIngressTable(t *testing.T) {
 	close(release)
 	var polled reply
 	polled202 := 0 // the key decided, its event's receipt not read yet
-	waitFor(t, "the receipt after the commit", func() bool {
+	testkit.Await(t, 30*time.Second, "the receipt after the commit", func() bool {
 		req, _ := http.NewRequest("GET", w.url+loc, nil)
 		polled = do(t, req) // the Location carries the tenant
 		if polled.code == 202 {
@@ -407,17 +407,6 @@ func TestIngressUnavailable(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // counter reads projector_ingress_requests_total{code} from reg.
 func counter(t *testing.T, reg prometheus.Gatherer, code string) float64 {
 	t.Helper()
@@ -468,7 +457,7 @@ func TestIngressRaceSettledByProcessor(t *testing.T) {
 	body1 := `{"eventType":"CaseOpened","aggregateId":"R-1","aggregateVersion":1,"payload":{"p":1}}`
 	// Wait until this instance has read the receipt (a POST before that
 	// would write the event once more, a duplicate, and still answer 200).
-	waitFor(t, "the receipt", func() bool {
+	testkit.Await(t, 30*time.Second, "the receipt", func() bool {
 		req, _ := http.NewRequest("GET", w.url+"/v1/receipts/race?tenant=t1", nil)
 		return do(t, req).code == 200
 	})
@@ -508,7 +497,7 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 	b, brokers := testkit.Broker(t, 2, "events")
 	var hold atomic.Bool
 	release := make(chan struct{})
-	hooks := &processor.Hooks{AfterStage: func() error {
+	hooks := &eos.Hooks{AfterStage: func() error {
 		if hold.Load() {
 			<-release
 		}
@@ -520,7 +509,7 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 	go func() {
 		answered <- post(t, w.url, "k-d", "", `{"eventType":"CaseOpened","aggregateId":"D-1","aggregateVersion":1}`)
 	}()
-	waitFor(t, "the request to be in flight", func() bool { return claimed(t, brokers) == 1 })
+	testkit.Await(t, 30*time.Second, "the request to be in flight", func() bool { return claimed(t, brokers) == 1 })
 	start := time.Now()
 	w.cancel()
 	select {
@@ -534,7 +523,7 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a waiting request was not answered on shutdown")
 	}
-	waitFor(t, "the listener to close", func() bool {
+	testkit.Await(t, 30*time.Second, "the listener to close", func() bool {
 		resp, err := http.Post(w.url+"/v1/events", "application/json", strings.NewReader("{}"))
 		if err == nil {
 			resp.Body.Close()
@@ -558,7 +547,7 @@ func TestIngressReceiptOutlivesDedup(t *testing.T) {
 	if first.code != 201 {
 		t.Fatalf("first: %d %s", first.code, first.body)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the dedup retention
+	time.Sleep(1500 * time.Millisecond) // sleep ok: real time must pass the 1 s dedup retention (no injected clock here); the retry is the check
 	r := post(t, w.url, "k-e", "", body)
 	if r.code != 200 || !bytes.Equal(r.body, first.body) || r.hdr.Get(ingress.HeaderReplayed) != "true" {
 		t.Fatalf("retry after the dedup retention: %d %s, want 200 and %s", r.code, r.body, first.body)
@@ -582,7 +571,7 @@ func TestIngressReceiptOutlivesDedup(t *testing.T) {
 	if err := cl.ProduceSync(ctx, again).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a second receipt (the expired id taken as new)", func() bool {
+	testkit.Await(t, 30*time.Second, "a second receipt (the expired id taken as new)", func() bool {
 		rs, err := testkit.ReadAll(ctx, brokers, "ing.receipts")
 		events := 0 // the key's claim receipt aside
 		for _, r := range rs {
@@ -631,7 +620,7 @@ func TestIngressBrokerGone(t *testing.T) {
 	}()
 	<-a.Ingress.Listening()
 	url := "http://" + a.Ingress.Addr().String()
-	waitFor(t, "ready", func() bool { ok, _ := a.Ready(); return ok })
+	testkit.Await(t, 30*time.Second, "ready", func() bool { ok, _ := a.Ready(); return ok })
 	if r := post(t, url, "k-1", "", `{"eventType":"CaseOpened","aggregateId":"G-1","aggregateVersion":1}`); r.code != 201 {
 		t.Fatalf("before: %d %s", r.code, r.body)
 	}

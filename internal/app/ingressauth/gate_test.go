@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 // ecKey makes an ES256 key and its JWKS document.
@@ -162,7 +163,7 @@ func TestJWKSFromURL(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitUntil(t, "a failed fetch", func() bool { return fetches.Load() >= 1 })
+	testkit.Await(t, 30*time.Second, "a failed fetch", func() bool { return fetches.Load() >= 1 })
 	if ok, why := g.Ready(); ok || !strings.Contains(why, "JWKS") {
 		t.Fatalf("ready %v (%s) before the JWKS was read", ok, why)
 	}
@@ -170,18 +171,7 @@ func TestJWKSFromURL(t *testing.T) {
 		t.Fatalf("a token before the keys: %+v, want 503 keys_unavailable", f)
 	}
 	fail.Store(false)
-	waitUntil(t, "the retried fetch", func() bool { ok, _ := g.Ready(); return ok })
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Await(t, 30*time.Second, "the retried fetch", func() bool { ok, _ := g.Ready(); return ok })
 }
 
 // selfSigned makes a server certificate and key in PEM.
@@ -235,7 +225,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the reload on SIGHUP", func() bool { _, ok := g.tokens.Load().lookup("new"); return ok && served() == "second" })
+	testkit.Await(t, 30*time.Second, "the reload on SIGHUP", func() bool { _, ok := g.tokens.Load().lookup("new"); return ok && served() == "second" })
 	if _, ok := g.tokens.Load().lookup("old"); ok {
 		t.Fatal("the old token still works after the reload")
 	}
@@ -243,7 +233,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the refused reload", func() bool {
+	testkit.Await(t, 30*time.Second, "the refused reload", func() bool {
 		v := g.metrics.reloads.WithLabelValues(fileTLS, "error")
 		return testutil.ToFloat64(v) == 1
 	})

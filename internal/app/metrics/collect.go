@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/processor"
 )
 
 // collector reads the counters at scrape time.
@@ -14,7 +14,7 @@ type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries} {
+	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries, m.held} {
 		ch <- d
 	}
 }
@@ -113,7 +113,7 @@ func (c collector) collectLoops(e emitter) {
 	m := c.m
 	txns := make([]int64, len(TransactionResults))
 	var restored int64
-	var assigned []state.Task
+	var assigned []processor.Partition
 	ready := len(m.loops) > 0
 	for _, l := range m.loops {
 		for i, r := range TransactionResults {
@@ -132,7 +132,7 @@ func (c collector) collectLoops(e emitter) {
 	lag := m.lagValues
 	lagErrs := m.lagErrs
 	m.mu.Unlock()
-	seen := make(map[state.Task]bool, len(assigned))
+	seen := make(map[processor.Partition]bool, len(assigned))
 	for _, t := range assigned {
 		if seen[t] { // two loops never share a topic; be safe anyway
 			continue
@@ -156,4 +156,5 @@ func (c collector) collectLoops(e emitter) {
 		e.flag(m.missing, missing[t], t)
 	}
 	e.counter(m.restoreRetries, retries)
+	e.counter(m.held, m.proc.HeldTransactions())
 }

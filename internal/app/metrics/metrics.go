@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/projector-dev/projector/internal/app/config"
-	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 )
 
@@ -72,7 +71,7 @@ type Loop interface {
 	Transactions(result string) int64
 	Restored() int64
 	Ready() bool
-	Assigned() []state.Task
+	Assigned() []processor.Partition
 	// MissingInputs are the input topics the loop waits for
 	// (projector_input_topic_missing); RestoreRetries the restore attempts
 	// repeated after a broker error (projector_restore_retries_total).
@@ -81,17 +80,21 @@ type Loop interface {
 	Observe(fn func(processor.TxnObservation))
 }
 
-// Source is the processor's counters; *processor.Stats implements it.
+// Source is the processor's counters by label; Processor adapts
+// *processor.Stats to it.
 type Source interface {
 	Loop
 	Events(projection, outcome string) int64
 	DeadLetters(reason string) int64
 	Effects(effect, status string) int64
 	Gaps() map[string]processor.GapSummary
+	// HeldTransactions counts the transactions aborted because a record
+	// had to wait (projector_held_transactions_total).
+	HeldTransactions() int64
 }
 
-// ExecutorSource is the side-effect executor's counters;
-// *sideeffects.WorkerStats implements it. If it also has a method
+// ExecutorSource is the side-effect executor's counters by label; Executor
+// adapts *sideeffects.WorkerStats to it. If it also has a method
 // Pending() int64, that feeds projector_side_effects_pending (unless
 // Options.Pending is set).
 type ExecutorSource interface {
@@ -159,7 +162,9 @@ func OptionsFromConfig(cfg *config.Config) Options {
 
 func (o *Options) applyDefaults() {
 	if o.Outcomes == nil {
-		o.Outcomes = processor.Outcomes
+		for _, oc := range processor.Outcomes {
+			o.Outcomes = append(o.Outcomes, oc.String())
+		}
 	}
 	if o.DeadLetterReasons == nil {
 		o.DeadLetterReasons = DeadLetterReasons()
@@ -212,7 +217,7 @@ type Metrics struct {
 	txnTime prometheus.Histogram
 
 	events, gapsOpen, gapOldest, effects, pending, txns, lag, restored, dlq, ready, assigned, lagErrors *prometheus.Desc
-	missing, restoreRetries                                                                             *prometheus.Desc
+	missing, restoreRetries, held                                                                       *prometheus.Desc
 
 	proc  Source // never nil: zeroSource without a processor
 	loops []Loop // the loops present
@@ -265,6 +270,8 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		missing: desc("input_topic_missing",
 			"1 while a configured input topic does not exist (the worker waits for it; it creates inputs only on the embedded broker).", "topic"),
 		restoreRetries: desc("restore_retries_total", "Restore attempts repeated after a transient broker error."),
+		held: desc("held_transactions_total",
+			"Transactions aborted because a record had to wait (the Schema Registry was unavailable); their records are processed again."),
 	}
 	if !isNil(o.Processor) {
 		m.proc = o.Processor
@@ -391,6 +398,7 @@ func (zeroSource) Restored() int64                        { return 0 }
 func (zeroSource) Ready() bool                            { return false }
 func (zeroSource) MissingInputs() []string                { return nil }
 func (zeroSource) RestoreRetries() int64                  { return 0 }
-func (zeroSource) Assigned() []state.Task                 { return nil }
+func (zeroSource) HeldTransactions() int64                { return 0 }
+func (zeroSource) Assigned() []processor.Partition        { return nil }
 func (zeroSource) Gaps() map[string]processor.GapSummary  { return nil }
 func (zeroSource) Observe(func(processor.TxnObservation)) {}

@@ -19,13 +19,14 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/sideeffects"
 )
 
 var (
-	_ Source         = (*processor.Stats)(nil)
-	_ ExecutorSource = (*sideeffects.WorkerStats)(nil)
+	_ Source         = processorStats{}
+	_ ExecutorSource = executorStats{}
 )
 
 // fakeSource is a settable Source.
@@ -37,7 +38,7 @@ type fakeSource struct {
 	counts    map[string]int64
 	restored  int64
 	ready     bool
-	assigned  []state.Task
+	assigned  []processor.Partition
 	gaps      map[string]processor.GapSummary
 	observers []func(processor.TxnObservation)
 }
@@ -75,10 +76,11 @@ func (f *fakeSource) Transactions(r string) int64 { return f.count("txns", r) }
 func (f *fakeSource) Restored() int64             { return locked(f, func() int64 { return f.restored }) }
 func (f *fakeSource) MissingInputs() []string     { return nil }
 func (f *fakeSource) RestoreRetries() int64       { return 0 }
+func (f *fakeSource) HeldTransactions() int64     { return 0 }
 
 func (f *fakeSource) Ready() bool { return locked(f, func() bool { return f.ready }) }
-func (f *fakeSource) Assigned() []state.Task {
-	return locked(f, func() []state.Task { return slices.Clone(f.assigned) })
+func (f *fakeSource) Assigned() []processor.Partition {
+	return locked(f, func() []processor.Partition { return slices.Clone(f.assigned) })
 }
 func (f *fakeSource) Gaps() map[string]processor.GapSummary {
 	return locked(f, func() map[string]processor.GapSummary { return maps.Clone(f.gaps) })
@@ -154,7 +156,7 @@ func newTest(t *testing.T, o Options) (*prometheus.Registry, *Metrics, *fakeSour
 func TestEverySeriesExistsAtZero(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	reg, _, f := newTest(t, Options{Now: func() time.Time { return now }})
-	f.assigned = []state.Task{{Topic: "events", Partition: 0}, {Topic: "events", Partition: 3}}
+	f.assigned = []processor.Partition{{Topic: "events", Partition: 0}, {Topic: "events", Partition: 3}}
 
 	want := map[string]int{
 		"projector_events_total":          3 * len(processor.Outcomes), // two projections + _record
@@ -227,7 +229,7 @@ func TestExactValues(t *testing.T) {
 	f.set(5, "effects", "sla-breach-email", "suppressed")
 	f.restored = 42
 	f.ready = true
-	f.assigned = []state.Task{{Topic: "events", Partition: 1}}
+	f.assigned = []processor.Partition{{Topic: "events", Partition: 1}}
 	f.gaps = map[string]processor.GapSummary{"sla": {Open: 2, Oldest: now.Add(-90 * time.Second)}}
 	pending = 3
 	f.txn("committed", 20*time.Millisecond)
@@ -239,7 +241,7 @@ func TestExactValues(t *testing.T) {
 	x.set(1, "effects", "sla-breach-email", "in-flight") // not a contract status
 	x.set(1, "effects", "sla-breach-email", "enqueued")  // adds to the processor's
 	x.restored = 8
-	x.assigned = []state.Task{{Topic: "effects", Partition: 0}}
+	x.assigned = []processor.Partition{{Topic: "effects", Partition: 0}}
 	x.txn("committed", 50*time.Millisecond)
 	x.txn("aborted", 0)
 
@@ -411,13 +413,13 @@ func TestLagRefresh(t *testing.T) {
 		}
 	}}
 	reg, m, f := newTest(t, Options{Lag: lag, LagInterval: time.Hour})
-	f.assigned = []state.Task{{Topic: "events", Partition: 0}, {Topic: "events", Partition: 1}}
+	f.assigned = []processor.Partition{{Topic: "events", Partition: 0}, {Topic: "events", Partition: 1}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	waitFor(t, func() bool { return lag.count() >= 1 })
-	waitFor(t, func() bool { return series(t, reg)["projector_consumer_lag{partition=0,topic=events}"] == 5 })
+	testkit.Await(t, 10*time.Second, "the lag series", func() bool { return lag.count() >= 1 })
+	testkit.Await(t, 10*time.Second, "the lag series", func() bool { return series(t, reg)["projector_consumer_lag{partition=0,topic=events}"] == 5 })
 	s := series(t, reg)
 	if s["projector_consumer_lag{partition=1,topic=events}"] != 7 {
 		t.Errorf("p1 lag %v, want 7", s["projector_consumer_lag{partition=1,topic=events}"])
@@ -453,17 +455,6 @@ func TestRunWithoutLagReturns(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestPebble(t *testing.T) {
 	st, err := state.Open("db", state.Options{FS: vfs.NewMem()})
 	if err != nil {
@@ -496,7 +487,7 @@ func TestTypedNilSources(t *testing.T) {
 	var ps *processor.Stats
 	var ws *sideeffects.WorkerStats
 	reg := prometheus.NewPedanticRegistry()
-	if _, err := New(reg, Options{Processor: ps, Executor: ws, Effects: []string{"e"}}); err != nil {
+	if _, err := New(reg, Options{Processor: Processor(ps), Executor: Executor(ws), Effects: []string{"e"}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, reg, "projector_side_effects_total"); n != len(EffectStatuses) {

@@ -37,6 +37,7 @@ import (
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/metrics"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -81,10 +82,10 @@ type Options struct {
 	Logger *slog.Logger
 	Mode   processor.Mode
 	Role   Role // default RoleAll
-	// Hooks are passed to the processor (tests).
-	Hooks *processor.Hooks
+	// Hooks are passed to the processor (tests; internal/core/seam).
+	Hooks *eos.Hooks
 	// ExecutorHooks are passed to the executor's loop (tests).
-	ExecutorHooks *processor.Hooks
+	ExecutorHooks *eos.Hooks
 }
 
 // ProcessorDir and ExecutorDir are the Pebble directories below state.dir.
@@ -279,7 +280,7 @@ func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt, mode processor.Mod
 	adm := kadm.NewClient(a.admin)
 	var lags metrics.LagSources
 	if a.Processor != nil {
-		mo.Processor = a.Processor.Stats()
+		mo.Processor = metrics.Processor(a.Processor.Stats())
 		mo.Pebble["processor"] = a.Store.Metrics
 		inputs := cfg.Kafka.InputNames()
 		if cfg.Ingress != nil && mode == processor.Live {
@@ -290,7 +291,7 @@ func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt, mode processor.Mod
 		lags = append(lags, metrics.NewKafkaLag(adm, cfg.Name, inputs...))
 	}
 	if a.Executor != nil {
-		mo.Executor = a.Executor.Stats()
+		mo.Executor = metrics.Executor(a.Executor.Stats())
 		mo.Pebble["executor"] = a.ExecutorStore.Metrics
 		lags = append(lags, metrics.NewKafkaLag(adm, cfg.Name+"-executor", cfg.Kafka.EffectsTopic))
 	}
@@ -323,11 +324,11 @@ func (a *App) Ready() (bool, string) {
 
 func (a *App) newProcessor(cfg *config.Config, o Options, d derived, copts []kgo.Opt) error {
 	var err error
-	if a.Store, err = openStore(ProcessorDir(cfg), processor.StoreOptions(int64(cfg.State.CacheSize))); err != nil {
+	if a.Store, err = openStore(ProcessorDir(cfg), seam.ProcessorStoreOptions(int64(cfg.State.CacheSize))); err != nil {
 		return err
 	}
 	pc := processor.Config{
-		Session: a.session(cfg, copts, a.Store, a.Logger, o.Hooks),
+		Session: a.session(cfg, copts, a.Logger),
 		Inputs:  cfg.Kafka.InputNames(), EffectsTopic: cfg.Kafka.EffectsTopic,
 		WaitForInputs: !cfg.Kafka.Embedded,
 		Projections:   d.projections, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
@@ -342,27 +343,27 @@ func (a *App) newProcessor(cfg *config.Config, o Options, d derived, copts []kgo
 	if d.rules != nil {
 		pc.EffectRules = d.rules
 	}
+	// The wiring opens the store itself: its metrics read Pebble's.
+	seam.Processor(&pc, seam.Seams{Store: a.Store, Hooks: o.Hooks})
 	a.Processor, err = processor.New(pc)
 	return err
 }
 
 // session is the part of the processor's and the executor's configuration
-// they share (processor.Session, sideeffects.Session: one type): the same
-// name, instance, brokers, client options, dead-letter topic and Kafka
-// bounds, each with its own store, logger and test hooks. The executor
-// keeps its own records-per-transaction default (kafka.maxRecordsPerTransaction
-// bounds the processor's transactions).
-func (a *App) session(cfg *config.Config, copts []kgo.Opt, store *state.Store, logger *slog.Logger, hooks *eos.Hooks) eos.Session {
-	return eos.Session{
+// they share (processor.Session, and sideeffects.Session converted from it:
+// the same fields): the same name, instance, brokers, client options,
+// dead-letter topic and Kafka bounds, each with its own logger. The
+// executor keeps its own records-per-transaction default
+// (kafka.maxRecordsPerTransaction bounds the processor's transactions).
+func (a *App) session(cfg *config.Config, copts []kgo.Opt, logger *slog.Logger) processor.Session {
+	return processor.Session{
 		Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: a.Brokers, ClientOpts: copts,
 		DeadLetterTopic:    cfg.Kafka.DeadLetterTopic,
 		Partitions:         int32(cfg.Kafka.EmbeddedBroker.Partitions),
-		Store:              store,
 		MaxRecordBytes:     int(cfg.Kafka.MaxRecordBytes),
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(),
 		SessionTimeout:     cfg.Kafka.SessionTimeout.Std(),
 		Logger:             logger,
-		Hooks:              hooks,
 	}
 }
 
@@ -371,12 +372,13 @@ func (a *App) newExecutor(cfg *config.Config, o Options, copts []kgo.Opt) error 
 	if a.ExecutorStore, err = openStore(ExecutorDir(cfg), state.Options{CacheBytes: int64(cfg.State.CacheSize)}); err != nil {
 		return err
 	}
-	a.Executor, err = sideeffects.NewWorker(sideeffects.WorkerConfig{
-		Session: a.session(cfg, copts, a.ExecutorStore, a.Logger.With("component", "executor"), o.ExecutorHooks),
-
+	wc := sideeffects.WorkerConfig{
+		Session:      sideeffects.Session(a.session(cfg, copts, a.Logger.With("component", "executor"))),
 		EffectsTopic: cfg.Kafka.EffectsTopic,
 		Effects:      effects(SideEffects(cfg.SideEffects)),
-	})
+	}
+	seam.Executor(&wc, seam.Seams{Store: a.ExecutorStore, Hooks: o.ExecutorHooks})
+	a.Executor, err = sideeffects.NewWorker(wc)
 	return err
 }
 

@@ -319,7 +319,7 @@ func TestSchemaRegistryOutage(t *testing.T) {
 	if err := reg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	holdsBefore := a.Processor.Stats().LoopStats.Holds()
+	holdsBefore := a.Processor.Stats().HeldTransactions()
 	var recs []*kgo.Record
 	for v := 6; v <= 10; v++ {
 		b, err := avro.Marshal(avro.MustParse(v2), map[string]any{"id": fmt.Sprintf("e%d", v), "type": "OrderPlaced", "orderId": "o-1",
@@ -342,7 +342,7 @@ func TestSchemaRegistryOutage(t *testing.T) {
 	}
 	t.Logf("while the registry is down: /readyz says %q", why)
 	// The records keep waiting: several attempts, each aborted.
-	if err := testkit.WaitFor(ctx, time.Minute, func() bool { return a.Processor.Stats().LoopStats.Holds() >= holdsBefore+3 }); err != nil {
+	if err := testkit.WaitFor(ctx, time.Minute, func() bool { return a.Processor.Stats().HeldTransactions() >= holdsBefore+3 }); err != nil {
 		t.Fatal("the worker did not retry while the registry was down")
 	}
 
@@ -375,7 +375,7 @@ func TestSchemaRegistryOutage(t *testing.T) {
 	if !slices.Equal(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) || len(dlq) != 0 {
 		t.Fatalf("after the outage: projection versions %v, %d dead letters; want 1..10 once each and none", got, len(dlq))
 	}
-	t.Logf("outage: %d transactions held and retried, 0 dead letters, 0 lost", a.Processor.Stats().LoopStats.Holds()-holdsBefore)
+	t.Logf("outage: %d transactions held and retried, 0 dead letters, 0 lost", a.Processor.Stats().HeldTransactions()-holdsBefore)
 }
 
 // registryIDs are the ids of the seeded schemas.

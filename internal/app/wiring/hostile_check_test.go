@@ -281,7 +281,7 @@ func (h *hostileRun) inputAccount(b books) *account {
 	for _, o := range processor.Outcomes {
 		for _, p := range []string{"cases", ""} {
 			if n := st.Events(p, o); n > 0 {
-				a.outcomes[o] += n
+				a.outcomes[o.String()] += n
 				outcomes += n
 			}
 		}
@@ -353,8 +353,8 @@ func (h *hostileRun) effectsAccount(b books) *account {
 	ws := h.a.Executor.Stats()
 	a.outcomes["offered"] = int64(len(entries))
 	for n := range names {
-		a.outcomes["duplicate"] += ws.Effects(n, "duplicate")
-		a.outcomes["resolved"] += ws.Effects(n, "resolved")
+		a.outcomes["duplicate"] += ws.Duplicates(n)
+		a.outcomes["resolved"] += ws.Resolved(n)
 	}
 	nDead := 0
 	for _, d := range dead {

@@ -109,7 +109,7 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	// Kafka commit that made the offsets visible: give the last one a moment.
 	settle := time.Now().Add(30 * time.Second)
 	for gauge(t, a, "projector_events_total", "outcome=applied,projection=overview") < float64(exp.Applied) && time.Now().Before(settle) {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 	}
 	for _, c := range []struct {
 		projection, outcome string
@@ -169,7 +169,7 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("never ready after the restore")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 	}
 	final := st.Restored()
 	notReadyWhileRestoring := false

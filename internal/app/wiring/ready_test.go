@@ -98,7 +98,7 @@ func TestReadyIdleThirdInstance(t *testing.T) {
 			if time.Since(begin) > within {
 				t.Fatalf("%s not ready after %s: Ready() = %v %q; /readyz %d %q", in.id, within, ok, why, code, body)
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 		}
 	}
 
@@ -142,7 +142,7 @@ func TestReadyIdleThirdInstance(t *testing.T) {
 				t.Errorf("%s holds %d input and %d effects partitions (ready %v), want 1 and 1, ready", in.id, p, e, ok)
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
 		}
 	}
 	t.Logf("idle third instance ready %s after it started", took.Round(time.Millisecond))

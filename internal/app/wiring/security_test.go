@@ -25,6 +25,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/app/config"
+	"github.com/projector-dev/projector/processor"
 )
 
 // pki is a throw-away CA with a server and a client certificate, written as
@@ -187,12 +188,12 @@ func TestTLSSASLSCRAM(t *testing.T) {
 				t.Fatalf("produce over TLS+SASL: %v", err)
 			}
 		}
-		for a.Processor.Stats().Events("overview", "applied") < n {
+		for a.Processor.Stats().Events("overview", processor.OutcomeApplied) < n {
 			select {
 			case err := <-done:
 				t.Fatalf("processor stopped: %v", err)
 			case <-ctx.Done():
-				t.Fatalf("applied %d of %d events", a.Processor.Stats().Events("overview", "applied"), n)
+				t.Fatalf("applied %d of %d events", a.Processor.Stats().Events("overview", processor.OutcomeApplied), n)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

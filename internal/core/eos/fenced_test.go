@@ -37,7 +37,7 @@ func TestFatalErrorFencing(t *testing.T) {
 // after the start says a newer incarnation took over, or such a process. All
 // of them are ErrFenced and keep the broker's answer.
 func TestFencedErrorNamesTheTwin(t *testing.T) {
-	l := New(Config{InstanceID: "w-1", Group: "g", TransactionalID: "g-w-1"}, &restoreHandler{})
+	l := New(Config{Session: Session{InstanceID: "w-1"}, Group: "g", TransactionalID: "g-w-1"}, &restoreHandler{})
 	const twin = "another process is running with instance id w-1 (group g, transactional id g-w-1) and fenced this one"
 	for _, tc := range []struct {
 		name    string

@@ -87,20 +87,15 @@ func (t *Task) Verified() bool { return t.verified }
 type Config struct {
 	Group           string // consumer group
 	TransactionalID string
-	// InstanceID, when set, makes this instance a static member of the
-	// group (KIP-345, group.instance.id): a restarted incarnation takes its
-	// predecessor's place and assignment at once instead of waiting for the
-	// dead member's session to expire (docs/decisions/006).
-	InstanceID string
-	Brokers    []string
-	ClientOpts []kgo.Opt
-	Inputs     []string
+	// Session: who the worker is in Kafka (InstanceID, when set, makes it
+	// a static member of the group: KIP-345, docs/decisions/006), its
+	// store and the transaction bounds; declared once, in userconfig.go.
+	Session
+	Inputs []string
 	// ChangelogOf names the changelog topic of an input topic.
-	ChangelogOf     func(input string) string
-	DeadLetterTopic string
+	ChangelogOf func(input string) string
 	// Topics the loop creates when missing (changelogs are added).
 	OutputTopics []TopicSpec
-	Partitions   int32 // for missing topics
 	// Needs are Kafka permissions the user needs beyond the loop's own
 	// (access.go), checked with them before the loop starts: the
 	// executor's outcome reports write to its input, say.
@@ -119,16 +114,6 @@ type Config struct {
 	// (default: the earliest offset).
 	StartOffset *kgo.Offset
 
-	Store            *state.Store
-	MaxRecordsPerTxn int
-	// MaxRecordBytes is the largest record (key and value) the handler
-	// produces (kafka.maxRecordBytes; 0: the client's and broker's
-	// defaults). The producer's batch limit and the created topics'
-	// max.message.bytes are raised above it (MaxBatchBytes), so that the
-	// client never rejects a record the handler decided to write.
-	MaxRecordBytes     int
-	TransactionTimeout time.Duration
-	SessionTimeout     time.Duration
 	// Restore turns one changelog record (value nil: a tombstone) into the
 	// Pebble writes it stands for, calling emit for each (value nil: a
 	// deletion; emit keeps both slices). Nil restores every record as it
@@ -136,9 +121,6 @@ type Config struct {
 	// dedup segment into its entries (state.Txn.SetLogged). An error (a
 	// corrupt record) fails the restore.
 	Restore func(changelogKey, value []byte, now time.Time, emit func(key, value []byte)) error
-	Logger  *slog.Logger
-	Now     func() time.Time
-	Hooks   *Hooks
 	Stats   *Stats
 	// Parallel lets TaskHandler.Process run concurrently for different
 	// tasks (one goroutine per task at a time, up to GOMAXPROCS): the

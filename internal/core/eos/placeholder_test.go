@@ -168,12 +168,12 @@ func newPlaceholderRig(t *testing.T, records int, start *kgo.Offset, abortFirst 
 	t.Cleanup(func() { st.Close() })
 	r.h = &touchHandler{task: state.Task{Topic: "in", Partition: 0}, abortFirst: abortFirst}
 	r.h.loop = New(Config{
-		Group: "g", TransactionalID: "g-t1", InstanceID: "t1",
-		Brokers: c.ListenAddrs(), Inputs: []string{"in"},
-		ChangelogOf:     func(in string) string { return in + ".changelog" },
-		DeadLetterTopic: "in.dlq", Partitions: 1, CreateInputs: true,
-		StartOffset: start, Store: st, MaxRecordsPerTxn: 100,
-		TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
+		Group: "g", TransactionalID: "g-t1",
+		Session: Session{InstanceID: "t1", Brokers: c.ListenAddrs(), DeadLetterTopic: "in.dlq", Partitions: 1,
+			Store: st, MaxRecordsPerTxn: 100, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second},
+		Inputs:       []string{"in"},
+		ChangelogOf:  func(in string) string { return in + ".changelog" },
+		CreateInputs: true, StartOffset: start,
 		Stats: r.stats,
 	}, r.h)
 	runCtx, stop := context.WithCancel(ctx)

@@ -128,26 +128,27 @@ func testRestoreRetries(t *testing.T, key kmsg.Key) {
 	h := &restoreHandler{restored: map[state.Task]int{}}
 	stats := NewStats()
 	l := New(Config{
-		Group: "g", TransactionalID: "g-t1", InstanceID: "t1",
-		Brokers: c.ListenAddrs(), Inputs: []string{input},
-		ChangelogOf:     func(in string) string { return in + ".changelog" },
-		DeadLetterTopic: "in.dlq", Partitions: 1, CreateInputs: true,
-		Store: st, MaxRecordsPerTxn: 100,
-		TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
-		Stats: stats,
+		Group: "g", TransactionalID: "g-t1",
+		Session: Session{InstanceID: "t1", Brokers: c.ListenAddrs(), DeadLetterTopic: "in.dlq", Partitions: 1,
+			Store: st, MaxRecordsPerTxn: 100, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second},
+		Inputs:       []string{input},
+		ChangelogOf:  func(in string) string { return in + ".changelog" },
+		CreateInputs: true,
+		Stats:        stats,
 	}, h)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- l.Run(runCtx) }()
 
-	for !stats.Ready() {
-		select {
-		case err := <-done:
-			t.Fatalf("Run returned while restoring (after %d injected errors): %v", injected.Load(), err)
-		case <-ctx.Done():
+	ready := make(chan error, 1)
+	go func() { ready <- stats.WaitReady(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned while restoring (after %d injected errors): %v", injected.Load(), err)
+	case err := <-ready:
+		if err != nil {
 			_, why := stats.Readiness()
 			t.Fatalf("not ready: %s (%d errors injected)", why, injected.Load())
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if n := injected.Load(); n != faults {

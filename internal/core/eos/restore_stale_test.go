@@ -127,7 +127,7 @@ func testRestoreStale(t *testing.T, age time.Duration, reset bool) {
 		t.Fatal(err)
 	}
 	end := hwms[changelog][0].Offset
-	l := New[TaskHandler](Config{Store: st}, nil)
+	l := New[TaskHandler](Config{Session: Session{Store: st}}, nil)
 	r := l.newRestorer(cl)
 	if _, err := r.restoreTask(ctx, task, changelog, end, end); err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestRestoreStoreOfUnknownAge(t *testing.T) {
 				}
 			}
 			clock = time.Now()
-			l := New[TaskHandler](Config{Store: st}, nil)
+			l := New[TaskHandler](Config{Session: Session{Store: st}}, nil)
 			r := l.newRestorer(cl)
 			if _, err := r.restoreTask(ctx, task, changelog, end, end); err != nil {
 				t.Fatal(err)

@@ -58,7 +58,7 @@ func TestRestoreWritesExpansionsInBatches(t *testing.T) {
 		}
 		return nil
 	}
-	l := New[TaskHandler](Config{Store: st, Restore: expand}, nil)
+	l := New[TaskHandler](Config{Session: Session{Store: st}, Restore: expand}, nil)
 	r := l.newRestorer(cl)
 	task := state.Task{Topic: "in", Partition: 0}
 	has := func(rec int) bool {

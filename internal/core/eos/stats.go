@@ -1,6 +1,7 @@
 package eos
 
 import (
+	"context"
 	"slices"
 	"sort"
 	"sync"
@@ -12,15 +13,18 @@ import (
 // Stats are the loop's counters: transactions, restores, assignment and
 // readiness. Safe for concurrent use.
 type Stats struct {
-	mu        sync.Mutex
-	txns      map[string]int64
-	txnTime   []time.Duration // recent committed transaction durations (ring)
-	restored  int64
-	retries   int64 // restore attempts repeated after a broker error
-	holds     int64 // transactions aborted on a HoldError
-	assigned  map[state.Task]bool
-	ready     bool
-	reason    string // why not ready
+	mu       sync.Mutex
+	txns     map[string]int64
+	txnTime  []time.Duration // recent committed transaction durations (ring)
+	restored int64
+	retries  int64 // restore attempts repeated after a broker error
+	holds    int64 // transactions aborted on a HoldError
+	assigned map[state.Task]bool
+	ready    bool
+	reason   string // why not ready
+	// readyCh is closed while ready and replaced by an open one when the
+	// loop stops being ready (WaitReady).
+	readyCh   chan struct{}
 	missing   []string
 	observers []func(TxnObservation)
 }
@@ -33,7 +37,7 @@ type TxnObservation struct {
 
 // NewStats returns empty counters.
 func NewStats() *Stats {
-	return &Stats{txns: map[string]int64{}, assigned: map[state.Task]bool{}}
+	return &Stats{txns: map[string]int64{}, assigned: map[state.Task]bool{}, readyCh: make(chan struct{})}
 }
 
 func (s *Stats) addTxn(result string, d time.Duration) {
@@ -71,6 +75,12 @@ func (s *Stats) setAssigned(id state.Task, on bool) {
 
 func (s *Stats) setReadiness(r bool, reason string) {
 	s.mu.Lock()
+	switch {
+	case r && !s.ready:
+		close(s.readyCh)
+	case !r && s.ready:
+		s.readyCh = make(chan struct{})
+	}
 	s.ready, s.reason = r, reason
 	s.mu.Unlock()
 }
@@ -144,6 +154,20 @@ func (s *Stats) Ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ready
+}
+
+// WaitReady returns nil once the loop is ready (at once if it is), or
+// ctx's error.
+func (s *Stats) WaitReady(ctx context.Context) error {
+	s.mu.Lock()
+	ch := s.readyCh
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Readiness is Ready with the reason when not ready ("" when ready).

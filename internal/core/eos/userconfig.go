@@ -38,9 +38,11 @@ type Session struct {
 	// MaxRecordsPerTxn bounds a transaction (bounded-transaction).
 	MaxRecordsPerTxn int
 	// MaxRecordBytes is kafka.maxRecordBytes: the largest input accepted and
-	// record produced; the producer's batch limit and created topics'
-	// max.message.bytes are raised above it (the processor defaults it to
-	// 1 MiB; 0 in the executor: the client's defaults).
+	// record (key and value) the handler produces; the producer's batch
+	// limit and created topics' max.message.bytes are raised above it
+	// (MaxBatchBytes), so that the client never rejects a record the
+	// handler decided to write (the processor defaults it to 1 MiB; 0 in
+	// the executor: the client's and broker's defaults).
 	MaxRecordBytes     int
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
@@ -51,16 +53,26 @@ type Session struct {
 	Hooks *Hooks
 }
 
+// The timeouts the processor and the executor default alike (their public
+// Session documents them; the configuration's defaults are these).
+const (
+	// DefaultPartitions is the partition count of the topics a loop
+	// creates when missing.
+	DefaultPartitions         = 4
+	DefaultTransactionTimeout = 40 * time.Second
+	DefaultSessionTimeout     = 45 * time.Second
+)
+
 // DefaultTimeouts fills the zero settings that the processor and the
 // executor default alike: the transaction and session timeouts, and with
 // them the logger and the clock. The bounds each user defaults differently (records
 // per transaction, record size, partitions) stay with that user.
 func (s *Session) DefaultTimeouts() {
 	if s.TransactionTimeout <= 0 {
-		s.TransactionTimeout = 40 * time.Second
+		s.TransactionTimeout = DefaultTransactionTimeout
 	}
 	if s.SessionTimeout <= 0 {
-		s.SessionTimeout = 45 * time.Second
+		s.SessionTimeout = DefaultSessionTimeout
 	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
@@ -71,15 +83,8 @@ func (s *Session) DefaultTimeouts() {
 }
 
 // LoopConfig is the loop Config of a user running under group: the
-// session's settings, with the transactional id <group>-<InstanceID>. The
-// user adds its inputs, changelogs, outputs and the rest.
+// session, with the transactional id <group>-<InstanceID>. The user adds
+// its inputs, changelogs, outputs and the rest.
 func (s *Session) LoopConfig(group string) Config {
-	return Config{
-		Group: group, TransactionalID: group + "-" + s.InstanceID, InstanceID: s.InstanceID,
-		Brokers: s.Brokers, ClientOpts: s.ClientOpts,
-		DeadLetterTopic: s.DeadLetterTopic, Partitions: s.Partitions,
-		Store: s.Store, MaxRecordsPerTxn: s.MaxRecordsPerTxn, MaxRecordBytes: s.MaxRecordBytes,
-		TransactionTimeout: s.TransactionTimeout, SessionTimeout: s.SessionTimeout,
-		Logger: s.Logger, Now: s.Now, Hooks: s.Hooks,
-	}
+	return Config{Session: *s, Group: group, TransactionalID: group + "-" + s.InstanceID}
 }

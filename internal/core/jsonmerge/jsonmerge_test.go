@@ -76,6 +76,11 @@ var mergeCases = []struct{ name, doc, patch, want string }{
 	{"patch key not string", `{}`, `{a:1}`, ``},
 	{"patch nested invalid", `{"a":1}`, `{"b":{"c":}}`, ``},
 	{"both invalid: state reported", `{`, `{`, ``},
+	// Found by FuzzMergePatch: the check read n"0 as one literal, ending at
+	// '}', the merge's listing of the level below read a string from the
+	// quote on and dropped the member; a literal ends at a quote too.
+	{"nested literal with a quote", `{}`, `{"":{"":{"":n"00000000}}}`, ``},
+	{"literal with a quote", `{}`, `{"a":1"x"}`, ``},
 }
 
 func TestMergePatchCases(t *testing.T) {
@@ -195,13 +200,21 @@ func randObject(r *rand.Rand, depth int) []byte {
 	return []byte(b.String())
 }
 
-// FuzzMergePatch compares with the previous implementation on anything.
+// FuzzMergePatch compares with the previous implementation on anything, and
+// with RFC 7386 over encoding/json (merge_std_test.go) on what encoding/json
+// accepts. The seed corpus (the RFC's appendix A and the table above) runs in
+// every `go test`; to fuzz, `go test -fuzz FuzzMergePatch -fuzztime 60s
+// ./projection`.
 func FuzzMergePatch(f *testing.F) {
+	for _, c := range rfc7386Examples {
+		f.Add([]byte(c[0]), []byte(c[1]))
+	}
 	for _, c := range mergeCases {
 		f.Add([]byte(c.doc), []byte(c.patch))
 	}
 	f.Fuzz(func(t *testing.T, doc, patch []byte) {
 		sameAsReference(t, doc, patch)
+		sameAsStdlib(t, doc, patch)
 		// Independent of the reference (which shares the way values are
 		// skipped): valid inputs, as the guard gives, merge into valid JSON.
 		if json.Valid(doc) && json.Valid(patch) {

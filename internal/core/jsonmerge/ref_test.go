@@ -250,8 +250,13 @@ func refSkipValue(b []byte, i int) (int, error) {
 		}
 		return i, errRefSyntax
 	default: // number, true, false, null
+		// It ends at a delimiter, or at the start of a string or a
+		// container, which no literal holds: the caller then finds no
+		// delimiter and fails, as a parser would (the merge's listing of
+		// the level below reads a quote as a string's start).
 		j := i
-		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' &&
+			b[j] != '"' && b[j] != '{' && b[j] != '[' {
 			j++
 		}
 		if j == i {

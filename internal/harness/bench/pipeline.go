@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/dedup"
-	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
 )
@@ -22,7 +22,7 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	ph := Phase{Name: "pipeline"}
 	written := new(writeCounter)
 	defer os.RemoveAll(stateDir)
-	st, err := state.Open(stateDir, processor.StoreOptions(0))
+	st, err := processor.OpenStore(stateDir, 0)
 	if err != nil {
 		return ph, nil, err
 	}
@@ -30,9 +30,10 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	p, err := processor.New(processor.Config{
 		Session: processor.Session{
 			Name: name, InstanceID: "bench", Brokers: brokers, DeadLetterTopic: name + ".dlq",
-			Partitions: int32(o.Partitions), Store: st, MaxRecordsPerTxn: o.Batch, Logger: o.Logger,
+			Partitions: int32(o.Partitions), MaxRecordsPerTxn: o.Batch, Logger: o.Logger,
 			ClientOpts: []kgo.Opt{kgo.WithHooks(written)},
 		},
+		Store:  st,
 		Inputs: []string{input}, EffectsTopic: name + ".effects",
 
 		Projections: []*projection.Projection{{
@@ -61,8 +62,10 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	}
 	s := p.Stats()
 	got := make(map[string]int64, len(Outcomes))
-	for _, oc := range Outcomes {
-		got[oc] = s.Outcome(oc)
+	for _, oc := range processor.Outcomes {
+		if slices.Contains(Outcomes, oc.String()) {
+			got[oc.String()] = s.Outcome(oc)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()

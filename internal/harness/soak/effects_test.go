@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 )
 
@@ -36,7 +37,12 @@ func TestReceiverHonoursIdempotencyKey(t *testing.T) {
 	var first *http.Response
 	wg.Add(1)
 	go func() { defer wg.Done(); first = post("k1") }()
-	time.Sleep(50 * time.Millisecond)
+	testkit.Await(t, 10*time.Second, "the first request for k1 in flight", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		k := r.keys["k1"]
+		return k != nil && k.inFlight > 0
+	})
 	if resp := post("k1"); resp == nil || resp.StatusCode != http.StatusConflict {
 		t.Errorf("duplicate in flight: %v, want 409", resp)
 	}

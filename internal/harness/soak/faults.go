@@ -159,7 +159,7 @@ func (r *run) killWorker(ctx context.Context, moved moved, atFirst commits, pend
 		len(r.res.Kills), r.o.Kills, r.life, k.Lived.Round(time.Millisecond), k.Moving, k.Pending)
 	// A commit the dead process sent just before its kill may still be
 	// landing: let it, so it is not taken for the next life's.
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // sleep ok: the killed process leaves no signal; the checks wait for conditions
 	return r.startWorker(ctx, true)
 }
 

@@ -169,7 +169,7 @@ func (o *offsets) waitPending(ctx context.Context, w *worker, within time.Durati
 			return p
 		}
 		if err != nil {
-			time.Sleep(20 * time.Millisecond) // the broker is away: do not spin
+			time.Sleep(20 * time.Millisecond) // sleep ok: poll pause; the broker is away: do not spin
 		}
 	}
 }

@@ -126,7 +126,7 @@ func (b *brokerProc) restart(ctx context.Context) error {
 		if err = b.start(ctx, b.addr); err == nil {
 			return nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // sleep ok: retry pause while the port is released
 	}
 	return err
 }
@@ -224,7 +224,7 @@ func (w *worker) waitStarted(within time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("soak: worker did not start within %s: %s", within, w.tail())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for the start line
 	}
 }
 

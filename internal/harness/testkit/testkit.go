@@ -218,20 +218,44 @@ func onlyMarkers(ctx context.Context, brokers []string, o kadm.ListedOffset, com
 	return err == nil
 }
 
-// WaitFor polls cond every 50 ms until it holds, ctx ends (ctx.Err()) or
-// within has passed.
+// WaitFor polls cond until it holds, ctx ends (ctx.Err()) or within has
+// passed. It is the one polling loop of the tests (Await wraps it): it looks
+// again after 1 ms, then backs off to every 50 ms, so that a condition that
+// is about to hold is seen at once and one that takes long costs little.
 func WaitFor(ctx context.Context, within time.Duration, cond func() bool) error {
-	deadline := time.After(within)
-	for !cond() {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for pause := time.Millisecond; !cond(); pause = min(2*pause, 50*time.Millisecond) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-deadline:
+		case <-deadline.C:
+			if cond() { // it may have become true while we waited
+				return nil
+			}
 			return fmt.Errorf("timed out after %s", within)
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
 	return nil
+}
+
+// FatalTB is the part of testing.TB that Await uses.
+type FatalTB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Await waits for cond like WaitFor and fails t, naming what it waited for,
+// if cond does not hold within. Call it from the test's goroutine (Fatalf).
+// Tests wait for conditions, not for time: a test that must show that
+// something did NOT happen waits for a signal that the code had its chance
+// (a committed transaction, a loop round, an idle runner), then asserts.
+func Await(t FatalTB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := WaitFor(context.Background(), within, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
 }
 
 // ReadAll reads every committed record of topic (read_committed), up to the

@@ -122,18 +122,18 @@ func TestRebuildEqualsLiveVersionedAndUnversioned(t *testing.T) {
 		t.Errorf("the unversioned projection applied no event without aggregateVersion")
 	}
 	st := a.Processor.Stats()
-	if got := st.Events("overview", "invalid"); got != int64(notes) {
+	if got := st.Events("overview", processor.OutcomeInvalid); got != int64(notes) {
 		t.Errorf("overview: %d invalid, want %d (one per event without aggregateVersion)", got, notes)
 	}
-	if got := st.Events("activity", "invalid"); got != 0 {
+	if got := st.Events("activity", processor.OutcomeInvalid); got != 0 {
 		t.Errorf("activity: %d invalid, want 0", got)
 	}
 	redelivered := len(recs) - len(base) - notes
-	if got := st.Events("activity", "duplicate") - st.Events("overview", "duplicate"); got != 0 {
+	if got := st.Events("activity", processor.OutcomeDuplicate) - st.Events("overview", processor.OutcomeDuplicate); got != 0 {
 		t.Errorf("activity counted %d more duplicates than overview: a redelivery must be a duplicate for both", got)
 	}
-	if st.Events("activity", "duplicate") < int64(redelivered) {
-		t.Errorf("activity: %d duplicates, want ≥ %d redelivered notes", st.Events("activity", "duplicate"), redelivered)
+	if st.Events("activity", processor.OutcomeDuplicate) < int64(redelivered) {
+		t.Errorf("activity: %d duplicates, want ≥ %d redelivered notes", st.Events("activity", processor.OutcomeDuplicate), redelivered)
 	}
 	dls, err := testkit.ReadAll(ctxR, f.brokers, cfg.Kafka.DeadLetterTopic)
 	if err != nil {

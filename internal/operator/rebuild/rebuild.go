@@ -24,6 +24,8 @@ import (
 	"github.com/projector-dev/projector/internal/app/httpserver"
 	"github.com/projector-dev/projector/internal/app/metrics"
 	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -67,8 +69,8 @@ type Options struct {
 	// PollInterval defaults to DefaultPollInterval.
 	PollInterval time.Duration
 	Logger       *slog.Logger
-	// Hooks are passed to the processor (tests).
-	Hooks *processor.Hooks
+	// Hooks are passed to the processor (tests; internal/core/seam).
+	Hooks *eos.Hooks
 }
 
 // Group is the rebuild's consumer group and transactional-id prefix.
@@ -215,7 +217,7 @@ func (r *Result) WriteSummary(w io.Writer) {
 	fmt.Fprintf(tw, "  events\t%d records consumed (target %d)\n", r.Records, r.Target)
 	var outs []string
 	for _, o := range processor.Outcomes {
-		if n := r.Outcomes[o]; n > 0 || o == "applied" {
+		if n := r.Outcomes[o.String()]; n > 0 || o == processor.OutcomeApplied {
 			outs = append(outs, fmt.Sprintf("%s %d", o, n))
 		}
 	}
@@ -351,7 +353,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 	if err != nil {
 		return nil, nil, &config.Error{Key: "gaps.onTimeout", Msg: err.Error()}
 	}
-	store, err := state.Open(stateDir, processor.StoreOptions(int64(cfg.State.CacheSize)))
+	store, err := state.Open(stateDir, seam.ProcessorStoreOptions(int64(cfg.State.CacheSize)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("rebuild: is this rebuild running already? %w", err)
 	}
@@ -363,9 +365,9 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 		Session: processor.Session{
 			Name: cfg.Name, InstanceID: cfg.Kafka.InstanceID, Brokers: brokers, ClientOpts: copts,
 			DeadLetterTopic: o.DeadLetterTopic, Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions),
-			Store: store, MaxRecordsPerTxn: cfg.Kafka.MaxRecordsPerTransaction,
+			MaxRecordsPerTxn:   cfg.Kafka.MaxRecordsPerTransaction,
 			TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(),
-			SessionTimeout:     cfg.Kafka.SessionTimeout.Std(), Logger: o.Logger, Hooks: o.Hooks,
+			SessionTimeout:     cfg.Kafka.SessionTimeout.Std(), Logger: o.Logger,
 		},
 		Group:         group,
 		Inputs:        cfg.Kafka.InputNames(),
@@ -375,6 +377,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 
 		Mode: processor.Rebuild, StartOffset: &startOffset,
 	}
+	seam.Processor(&pcfg, seam.Seams{Store: store, Hooks: o.Hooks})
 	pcfg.InputFormats, pcfg.SchemaRegistry = wiring.InputFormats(cfg)
 	// The rules run so that what live would have emitted is counted as
 	// suppressed; in rebuild mode the processor never produces it.
@@ -438,10 +441,10 @@ func (o Options) finish(ctx context.Context, p *processor.Processor, pos *positi
 	res.Records = pos.consumed()
 	st := p.Stats()
 	for _, oc := range processor.Outcomes {
-		res.Outcomes[oc] = st.Outcome(oc)
+		res.Outcomes[oc.String()] = st.Outcome(oc)
 	}
 	for _, se := range o.Config.SideEffects {
-		res.Suppressed[se.Name] = st.Effects(se.Name, "suppressed")
+		res.Suppressed[se.Name] = st.Effects(se.Name, processor.IntentSuppressed)
 	}
 	for _, r := range metrics.DeadLetterReasons() {
 		res.DeadLetters += st.DeadLetters(r)
@@ -461,7 +464,7 @@ func serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen string, cfg *c
 	reg := prometheus.NewRegistry()
 	mo := metrics.OptionsFromConfig(cfg)
 	mo.Projections = []string{proj}
-	mo.Processor = p.Stats()
+	mo.Processor = metrics.Processor(p.Stats())
 	mo.Pebble = map[string]func() *pebble.Metrics{"processor": store.Metrics}
 	mo.Lag = metrics.NewKafkaLag(adm, group, cfg.Kafka.InputNames()...)
 	mo.Logger = log
