@@ -53,6 +53,14 @@ type Config struct {
 	// Inputs are the topics of events, in the envelope of
 	// docs/contract.md (required).
 	Inputs []string
+	// InputFormats gives the format of an input topic whose records are
+	// not event envelopes, by topic; a topic it does not name is read as
+	// envelopes.
+	InputFormats map[string]InputFormat
+	// SchemaRegistry decodes input values (and keys) framed for a
+	// Confluent-compatible Schema Registry; nil: a framed value is
+	// dead-lettered invalid:value.
+	SchemaRegistry *SchemaRegistry
 	// EffectsTopic receives the side-effect intents for the executor
 	// (sideeffects.Worker); default <Name>.effects. Created when missing.
 	EffectsTopic string

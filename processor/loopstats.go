@@ -41,6 +41,11 @@ func (s *Stats) Restored() int64 { return s.loop.Restored() }
 // RestoreRetries counts restore attempts repeated after a broker error.
 func (s *Stats) RestoreRetries() int64 { return s.loop.RestoreRetries() }
 
+// HeldTransactions counts the transactions aborted because a record had to
+// wait (the Schema Registry was unavailable); their records are processed
+// again (docs/configuration.md#input-formats).
+func (s *Stats) HeldTransactions() int64 { return s.loop.Holds() }
+
 // MissingInputs lists the input topics the processor waits for (they do
 // not exist, and Config.WaitForInputs says not to create them).
 func (s *Stats) MissingInputs() []string { return s.loop.MissingInputs() }

@@ -12,6 +12,7 @@ import (
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/acl"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/engine/guard"
 )
@@ -32,6 +33,12 @@ type Processor struct {
 	guards   []*guard.Guard
 	loop     *eos.Loop[*taskState]
 	stats    *Stats
+	// decoders are the input topics' decoders, for the topics whose format
+	// is not the envelope (inputs.go); read-only after New.
+	decoders map[string]*inputformat.Decoder
+	// runCtx is Run's context, for the Schema Registry requests a decoder
+	// makes: set before the loop starts, read by its workers.
+	runCtx context.Context
 }
 
 // taskState is the pipeline's state and work for one owned task (its
@@ -49,6 +56,9 @@ type taskState struct {
 	// records are claims (claim.go); it keeps no gap index and no dedup
 	// state, only decided keys in the store.
 	claims bool
+	// decoder decodes the task's records into event envelopes; nil for a
+	// topic of envelopes.
+	decoder *inputformat.Decoder
 	// gaps is the task's gap index: the aggregates with held events and
 	// since when. Change it only through setGap and closeGap, which keep
 	// sums (the per-projection summary publishGaps reports) up to date
@@ -89,7 +99,12 @@ func New(cfg Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Processor{cfg: cfg, stats: newStats(), now: cfg.seams.Now}
+	p := &Processor{cfg: cfg, stats: newStats(), now: cfg.seams.Now, runCtx: context.Background()}
+	decoders, err := cfg.decoders()
+	if err != nil {
+		return nil, err
+	}
+	p.decoders = decoders
 	if err := p.openStore(); err != nil {
 		return nil, err
 	}
@@ -147,6 +162,7 @@ func (p *Processor) TransactionalID() string { return p.cfg.Group + "-" + p.cfg.
 func (p *Processor) Run(ctx context.Context) error {
 	p.cfg.Logger.Info("processor started", "name", p.cfg.Name, "transactionalId", p.TransactionalID(),
 		"inputs", p.cfg.Inputs, "mode", p.cfg.Mode.String())
+	p.runCtx = ctx
 	err := p.loop.Run(ctx)
 	if p.ownStore {
 		err = errors.Join(err, p.store.Close())
@@ -182,7 +198,7 @@ type pipeline Processor
 // NewTask returns the state of a newly assigned task; its Restored fills it.
 func (h *pipeline) NewTask(t *eos.Task) *taskState {
 	p := (*Processor)(h)
-	ts := &taskState{p: p, task: t, claims: p.claims() && t.ID.Topic == p.cfg.ClaimsTopic}
+	ts := &taskState{p: p, task: t, claims: p.claims() && t.ID.Topic == p.cfg.ClaimsTopic, decoder: p.decoders[t.ID.Topic]}
 	ts.resetGaps()
 	return ts
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/command"
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/internal/core/receipt"
 	"github.com/projector-dev/projector/internal/engine/guard"
 )
@@ -47,8 +48,23 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 			origin = h.Value
 		}
 	}
+	// The event envelope: the record value, or what the topic's decoder
+	// made of it (inputs.go). res stays zero for an envelope topic.
+	var res inputformat.Result
+	value := r.Value
+	if d := ts.decoder; d != nil {
+		if err := d.Decode(p.runCtx, r, nil, &res); err != nil {
+			if errors.Is(err, inputformat.ErrUnavailable) || p.runCtx.Err() != nil {
+				// It might decode later: never a dead letter.
+				return &eos.HoldError{Reason: "the Schema Registry is unavailable (input " + r.Topic + ")", Err: err}
+			}
+			p.rejectInvalid(b, ts, r, origin, err)
+			return nil
+		}
+		value = res.Value
+	}
 	var ev envelope.Event
-	if err := envelope.DecodeInto(r.Value, p.cfg.MaxRecordBytes, &ev); err != nil {
+	if err := envelope.DecodeInto(value, p.cfg.MaxRecordBytes, &ev); err != nil {
 		p.rejectInvalid(b, ts, r, origin, err)
 		return nil
 	}
@@ -60,7 +76,7 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 		}
 	}
 	fp := ev.Fingerprint()
-	id := dedup.MakeID(ev.TenantID, ev.EventID)
+	id := dedup.MakeID(ev.TenantID, res.DedupEventID(ev.EventID))
 	verdict, err := bs.ts.dedup.Check(b.Txn, id, fp, b.Now)
 	if err != nil {
 		return err
@@ -101,7 +117,7 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 		}
 		return nil
 	}
-	return p.offerAll(b, ts, r, &ev, matched, rc)
+	return p.offerAll(b, ts, r, value, &ev, matched, rc)
 }
 
 // reasonNoVersion dead-letters an event without aggregateVersion that a
@@ -154,9 +170,14 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record
 // each step's outputs and tallies the outcomes (into rc too, when the event
 // wants a receipt). A step whose outputs would exceed the record limit is
 // discarded; the record gets one too-large dead letter naming them all.
-func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, ev *envelope.Event, matched []*guard.Guard, rc *receipt.Receipt) error {
+//
+// The source kept with a held event, and embedded in its intents, is the
+// envelope (value), not the record's own value when the topic has another
+// format: a held event drains by decoding its envelope again, without the
+// topic's decoder or its Schema Registry.
+func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value []byte, ev *envelope.Event, matched []*guard.Guard, rc *receipt.Receipt) error {
 	bs := ts.batchOf(b)
-	src := guard.Source{Offset: r.Offset, Key: r.Key, Value: r.Value}
+	src := guard.Source{Offset: r.Offset, Key: r.Key, Value: value}
 	var tooLarge []string // "projection p: why"
 	for _, g := range matched {
 		step, tooBig, err := p.offer(b, ts, g, ev, src)

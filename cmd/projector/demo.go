@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/configs"
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
@@ -56,6 +59,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// past the webhook timeout: an unknown outcome, parked for the operator.
 	d.sink = newDemoSink(demoUnknownKey)
 	defer d.sink.Close()
+	// The embedded Schema Registry the Avro topic's values are framed for.
+	if d.registry, err = broker.StartRegistry("127.0.0.1:0", ""); err != nil {
+		return err
+	}
+	defer d.registry.Close()
+	d.cfg.SchemaRegistry = &config.SchemaRegistry{URL: d.registry.URL()}
 	for i := range d.cfg.SideEffects {
 		d.cfg.SideEffects[i].Webhook.URL = d.sink.URL
 		d.cfg.SideEffects[i].OnUnknown = config.OnUnknownPark
@@ -93,6 +102,7 @@ type demo struct {
 	cfg      *config.Config
 	a        *wiring.App
 	sink     *demoSink
+	registry *broker.Registry
 	mismatch int
 }
 
@@ -111,7 +121,7 @@ func (d *demo) configure(dir string) error {
 
 // steps runs the demo's parts in order.
 func (d *demo) steps(ctx context.Context, bulk int) error {
-	if err := testkit.CreateTopic(ctx, d.a.Brokers, d.cfg.Kafka.Input[0], int32(d.cfg.Kafka.EmbeddedBroker.Partitions)); err != nil {
+	if err := testkit.CreateTopic(ctx, d.a.Brokers, d.cfg.Kafka.Input[0].Topic, int32(d.cfg.Kafka.EmbeddedBroker.Partitions)); err != nil {
 		return err
 	}
 	if err := d.story(ctx); err != nil {
@@ -125,6 +135,9 @@ func (d *demo) steps(ctx context.Context, bulk int) error {
 		if err := demoIngress(ctx, d.stdout, d.a); err != nil {
 			return err
 		}
+	}
+	if err := d.formats(ctx); err != nil {
+		return err
 	}
 	if bulk > 0 {
 		if err := d.volume(ctx, bulk); err != nil {
@@ -141,7 +154,7 @@ func (d *demo) steps(ctx context.Context, bulk int) error {
 // story is part 1: the hand-written samples, their outcomes against the
 // expected ones, the projection and the dead letters.
 func (d *demo) story(ctx context.Context) error {
-	input := d.cfg.Kafka.Input[0]
+	input := d.cfg.Kafka.Input[0].Topic
 	samples := demoSamples()
 	var recs []workload.Record
 	want := map[string]int64{}
@@ -178,15 +191,22 @@ func (d *demo) story(ctx context.Context) error {
 
 // printProjection prints the last committed record per key of the projection.
 func (d *demo) printProjection(ctx context.Context) error {
-	topic := d.cfg.Projections[0].Topic
-	rows, err := testkit.ReadAll(ctx, d.a.Brokers, topic)
+	fmt.Fprintf(d.stdout, "\n   Projection %s (committed; last record per key):\n", d.cfg.Projections[0].Topic)
+	return d.printProjectionKeys(ctx)
+}
+
+// printProjectionKeys prints the last committed record of the projection's
+// keys given (all when none is).
+func (d *demo) printProjectionKeys(ctx context.Context, only ...string) error {
+	rows, err := testkit.ReadAll(ctx, d.a.Brokers, d.cfg.Projections[0].Topic)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(d.stdout, "\n   Projection %s (committed; last record per key):\n", topic)
 	last := map[string]*kgo.Record{}
 	for _, r := range rows {
-		last[string(r.Key)] = r
+		if len(only) == 0 || slices.Contains(only, string(r.Key)) {
+			last[string(r.Key)] = r
+		}
 	}
 	keys := make([]string, 0, len(last))
 	for k := range last {
@@ -268,7 +288,7 @@ func (d *demo) volume(ctx context.Context, n int) error {
 	before := settledOutcomes(a.Processor.Stats())
 	fmt.Fprintf(d.stdout, "\n2. Producing %d generated records (%d events over %d cases, %d duplicates, reordering, late gaps,\n   stale writers, conflicts, invalid records; seed %d) ...\n", len(brecs), o.Events, o.Aggregates, exp.Duplicates, o.Seed)
 	t0 := time.Now()
-	if err := testkit.Produce(ctx, a.Brokers, d.cfg.Kafka.Input[0], brecs); err != nil {
+	if err := testkit.Produce(ctx, a.Brokers, d.cfg.Kafka.Input[0].Topic, brecs); err != nil {
 		return err
 	}
 	target := before + int64(exp.Applied+exp.Duplicates+exp.Stale+exp.Conflicts+exp.Invalid)
@@ -325,7 +345,7 @@ func (d *demo) rebuild(ctx context.Context, enq int64) error {
 	proj, sink := d.cfg.Projections[0], d.sink
 	const rebuilt = "demo.case-overview.rebuilt"
 	before := sink.total()
-	fmt.Fprintf(d.stdout, "\n4. Rebuilding %s from the start of %s into %s (side effects suppressed) ...\n", proj.Name, d.cfg.Kafka.Input[0], rebuilt)
+	fmt.Fprintf(d.stdout, "\n4. Rebuilding %s from the start of %s into %s (side effects suppressed) ...\n", proj.Name, strings.Join(d.cfg.Kafka.InputNames(), ", "), rebuilt)
 	res, err := rebuild.Run(ctx, rebuild.Options{Config: d.cfg, Projection: proj.Name, Topic: rebuilt, Brokers: d.a.Brokers, Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)

@@ -53,7 +53,7 @@ func demoIngress(ctx context.Context, stdout io.Writer, a *wiring.App) error {
 		return err
 	}
 	// "No new event": the input topic holds one record from the ingress.
-	recs, err := testkit.ReadAll(ctx, a.Brokers, a.Config.Kafka.Input[0])
+	recs, err := testkit.ReadAll(ctx, a.Brokers, a.Config.Kafka.Input[0].Topic)
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func (cf *commonFlags) connect(stderr io.Writer, proj string) (*opsSession, erro
 	}
 	w := &saslWatch{}
 	return &opsSession{cfg: cfg, close: closeFn, sasl: w, target: ops.Target{
-		Brokers: brokers, ClientOpts: append(copts, kgo.WithHooks(w)), Group: cfg.Name, Inputs: cfg.Kafka.Input,
+		Brokers: brokers, ClientOpts: append(copts, kgo.WithHooks(w)), Group: cfg.Name, Inputs: cfg.Kafka.InputNames(),
 	}}, nil
 }
 

@@ -205,7 +205,8 @@ func TestDemo(t *testing.T) {
 		"CASE-6  (deleted: tombstone)", "gap-timeout", "conflict", "equals the reference fold",
 		"attempts 1  unknown", "succeeded (resolved:", "at most 1 request(s) per key",
 		"the sink received 0 requests from it", "0 different, 0 missing",
-		"first request      201  applied", "retry, reordered   200  replayed=true, same body, 1 event(s) written in all", "changed payload    409  refused"} {
+		"first request      201  applied", "retry, reordered   200  replayed=true, same body, 1 event(s) written in all", "changed payload    409  refused",
+		"applied 2, duplicate 1 (the JSON copy of the Avro event)", `CASE-9  v1  {"amount":75,"status":"OPEN"}`} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
 		}

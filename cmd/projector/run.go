@@ -42,7 +42,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			brokers = "embedded"
 		}
 		fmt.Fprintf(stdout, "configuration OK: name=%s instanceId=%s role=%s brokers=%s input=%s state.dir=%s http.listen=%s\n",
-			cfg.Name, cfg.Kafka.InstanceID, *role, brokers, strings.Join(cfg.Kafka.Input, ","), cfg.State.Dir, cfg.HTTP.Listen)
+			cfg.Name, cfg.Kafka.InstanceID, *role, brokers, strings.Join(cfg.Kafka.InputNames(), ","), cfg.State.Dir, cfg.HTTP.Listen)
 		return nil
 	}
 	a, err := wiring.New(cfg, wiring.Options{Logger: log, Role: wiring.Role(*role)})

@@ -78,6 +78,9 @@ type Config struct {
 	// Ingress is the optional HTTP front door (POST /v1/events); nil when
 	// the section is absent, and then it is off.
 	Ingress *Ingress `yaml:"ingress"`
+	// SchemaRegistry is the optional Schema Registry for input values
+	// framed for one; nil when the section is absent.
+	SchemaRegistry *SchemaRegistry `yaml:"schemaRegistry"`
 }
 
 // Kafka configures the client and the topics.
@@ -97,8 +100,8 @@ type Kafka struct {
 	// InstanceIDDefaulted: InstanceID was not configured and is the host
 	// name (ApplyDefaults); the worker warns at start.
 	InstanceIDDefaulted bool `yaml:"-"`
-	// Input lists the source topics; at least one.
-	Input []string `yaml:"input"`
+	// Input lists the source topics and their formats; at least one.
+	Input []InputTopic `yaml:"input"`
 	// DeadLetterTopic defaults to "<name>.dlq".
 	DeadLetterTopic string `yaml:"deadLetterTopic"`
 	// EffectsTopic (side-effect intents) defaults to "<name>.effects".
@@ -403,7 +406,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	if in := c.Ingress; in != nil {
 		if in.Topic == "" && len(k.Input) > 0 {
-			in.Topic = k.Input[0]
+			in.Topic = k.Input[0].Topic
 		}
 		if in.ReceiptsTopic == "" && c.Name != "" {
 			in.ReceiptsTopic = c.Name + ".receipts"

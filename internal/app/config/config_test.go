@@ -142,7 +142,7 @@ func TestContractConfigsLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo.yaml: %v", err)
 	}
-	if d.Name != "demo" || !d.Kafka.Embedded || !slices.Equal(d.Kafka.Input, []string{"demo-events"}) ||
+	if d.Name != "demo" || !d.Kafka.Embedded || !slices.Equal(d.Kafka.InputNames(), []string{"demo-events", "demo-billing", "demo-orders.avro"}) || d.Kafka.Input[1].Format != "cloudevents" ||
 		d.Projections[0].Name != "case-overview" || d.Projections[0].Topic != "demo.case-overview.v1" ||
 		d.Gaps.HoldTimeout != Duration(2*time.Second) || d.Gaps.OnTimeout != OnTimeoutDeadLetter ||
 		d.SideEffects[0].Name != "sla-breach-email" {
@@ -253,7 +253,7 @@ func TestDefault(t *testing.T) {
 	// Filling in the required keys makes it valid.
 	c.Name = "x"
 	c.Kafka.Embedded = true
-	c.Kafka.Input = []string{"in"}
+	c.Kafka.Input = []InputTopic{{Topic: "in"}}
 	c.Projections = []Projection{{Name: "p", Topic: "t", Events: map[string]string{"E": RuleMerge}}}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
@@ -286,11 +286,11 @@ func TestValidate(t *testing.T) {
 		{"kafka.instanceId", func(c *Config) { c.Kafka.InstanceID = "" }},
 		{"kafka.instanceId", func(c *Config) { c.Kafka.InstanceID = "a:b" }},
 		{"kafka.input", func(c *Config) { c.Kafka.Input = nil }},
-		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0] = "" }},
-		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0] = "bad topic" }},
-		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0] = ".." }},
-		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0] = strings.Repeat("t", 250) }},
-		{"kafka.input[1]", func(c *Config) { c.Kafka.Input = append(c.Kafka.Input, "in") }},
+		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0].Topic = "" }},
+		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0].Topic = "bad topic" }},
+		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0].Topic = ".." }},
+		{"kafka.input[0]", func(c *Config) { c.Kafka.Input[0].Topic = strings.Repeat("t", 250) }},
+		{"kafka.input[1]", func(c *Config) { c.Kafka.Input = append(c.Kafka.Input, InputTopic{Topic: "in"}) }},
 		{"kafka.deadLetterTopic", func(c *Config) { c.Kafka.DeadLetterTopic = "in" }},
 		{"kafka.deadLetterTopic", func(c *Config) { c.Kafka.DeadLetterTopic = "x*" }},
 		{"kafka.deadLetterTopic", func(c *Config) { c.Kafka.DeadLetterTopic = "" }},
@@ -610,7 +610,7 @@ http:
   listen: ${LISTEN}
 `
 	c := mustParse(t, strings.Replace(src, "t-$${LITERAL}-$x", "t", 1), env)
-	if c.Name != "fromenv" || !c.Kafka.Embedded || !slices.Equal(c.Kafka.Input, []string{"in", "pre-fromenv-post"}) ||
+	if c.Name != "fromenv" || !c.Kafka.Embedded || !slices.Equal(c.Kafka.InputNames(), []string{"in", "pre-fromenv-post"}) ||
 		c.Kafka.SASL.Password != env["PW"] || c.Kafka.MaxRecordsPerTransaction != 7 || !c.Kafka.TLSEnabled() ||
 		c.Kafka.SessionTimeout != Duration(7*time.Second) ||
 		c.Gaps.OnTimeout != "skip" || c.Gaps.HoldTimeout != Duration(7*time.Second) ||

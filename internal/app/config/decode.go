@@ -182,6 +182,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		}
 		return
 	}
+	if t == inputTopicType {
+		d.decodeInputTopic(n, v, path)
+		return
+	}
 	if t == durationType || t == byteSizeType {
 		// The units decode themselves, with the same messages as in any
 		// other YAML document.

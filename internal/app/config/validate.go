@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+
+	"github.com/projector-dev/projector/internal/core/inputformat"
 	"strings"
 	"time"
 
@@ -59,6 +61,7 @@ func (c *Config) Validate() error {
 	var l errorList
 	checkName(&l, "name", c.Name)
 	c.validateKafka(&l)
+	c.validateInputFormats(&l)
 
 	if c.Name != "" && c.State.Dir == "" {
 		l.add("state.dir", "required")
@@ -151,7 +154,8 @@ func (c *Config) validateTopics(l *errorList) {
 		l.add("kafka.input", "at least one input topic is required")
 	}
 	inputs := map[string]string{}
-	for i, t := range k.Input {
+	for i, in := range k.Input {
+		t := in.Topic
 		key := fmt.Sprintf("kafka.input[%d]", i)
 		if checkTopic(l, key, t) {
 			if prev, dup := inputs[t]; dup {
@@ -435,8 +439,17 @@ func (c *Config) validateIngress(l *errorList) {
 			l.add("ingress.listen", "must differ from http.listen (%s): the ingress has its own listener", c.HTTP.Listen)
 		}
 	}
-	if in.Topic != "" && !slices.Contains(c.Kafka.Input, in.Topic) {
-		l.add("ingress.topic", "must be one of kafka.input %v, got %q", c.Kafka.Input, in.Topic)
+	if in.Topic != "" {
+		i := slices.Index(c.Kafka.InputNames(), in.Topic)
+		switch {
+		case i < 0:
+			l.add("ingress.topic", "must be one of kafka.input %v, got %q", c.Kafka.InputNames(), in.Topic)
+		case c.Kafka.Input[i].Format != "" && c.Kafka.Input[i].Format != string(inputformat.Envelope):
+			// The ingress writes event envelopes; a topic read as another
+			// format would dead-letter every one of them.
+			l.add("ingress.topic", "%q is read as format %s, but the ingress writes event envelopes: name an input topic of format envelope",
+				in.Topic, c.Kafka.Input[i].Format)
+		}
 	}
 	positive(l, "ingress.timeout", in.Timeout)
 	if in.MaxBodyBytes < 2 {

@@ -14,7 +14,7 @@ type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries} {
+	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries, m.held} {
 		ch <- d
 	}
 }
@@ -156,4 +156,5 @@ func (c collector) collectLoops(e emitter) {
 		e.flag(m.missing, missing[t], t)
 	}
 	e.counter(m.restoreRetries, retries)
+	e.counter(m.held, m.proc.HeldTransactions())
 }

@@ -88,6 +88,9 @@ type Source interface {
 	DeadLetters(reason string) int64
 	Effects(effect, status string) int64
 	Gaps() map[string]processor.GapSummary
+	// HeldTransactions counts the transactions aborted because a record
+	// had to wait (projector_held_transactions_total).
+	HeldTransactions() int64
 }
 
 // ExecutorSource is the side-effect executor's counters by label; Executor
@@ -153,7 +156,7 @@ func OptionsFromConfig(cfg *config.Config) Options {
 	for _, s := range cfg.SideEffects {
 		o.Effects = append(o.Effects, s.Name)
 	}
-	o.Inputs = append(o.Inputs, cfg.Kafka.Input...)
+	o.Inputs = append(o.Inputs, cfg.Kafka.InputNames()...)
 	return o
 }
 
@@ -214,7 +217,7 @@ type Metrics struct {
 	txnTime prometheus.Histogram
 
 	events, gapsOpen, gapOldest, effects, pending, txns, lag, restored, dlq, ready, assigned, lagErrors *prometheus.Desc
-	missing, restoreRetries                                                                             *prometheus.Desc
+	missing, restoreRetries, held                                                                       *prometheus.Desc
 
 	proc  Source // never nil: zeroSource without a processor
 	loops []Loop // the loops present
@@ -267,6 +270,8 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		missing: desc("input_topic_missing",
 			"1 while a configured input topic does not exist (the worker waits for it; it creates inputs only on the embedded broker).", "topic"),
 		restoreRetries: desc("restore_retries_total", "Restore attempts repeated after a transient broker error."),
+		held: desc("held_transactions_total",
+			"Transactions aborted because a record had to wait (the Schema Registry was unavailable); their records are processed again."),
 	}
 	if !isNil(o.Processor) {
 		m.proc = o.Processor
@@ -393,6 +398,7 @@ func (zeroSource) Restored() int64                        { return 0 }
 func (zeroSource) Ready() bool                            { return false }
 func (zeroSource) MissingInputs() []string                { return nil }
 func (zeroSource) RestoreRetries() int64                  { return 0 }
+func (zeroSource) HeldTransactions() int64                { return 0 }
 func (zeroSource) Assigned() []processor.Partition        { return nil }
 func (zeroSource) Gaps() map[string]processor.GapSummary  { return nil }
 func (zeroSource) Observe(func(processor.TxnObservation)) {}

@@ -76,6 +76,7 @@ func (f *fakeSource) Transactions(r string) int64 { return f.count("txns", r) }
 func (f *fakeSource) Restored() int64             { return locked(f, func() int64 { return f.restored }) }
 func (f *fakeSource) MissingInputs() []string     { return nil }
 func (f *fakeSource) RestoreRetries() int64       { return 0 }
+func (f *fakeSource) HeldTransactions() int64     { return 0 }
 
 func (f *fakeSource) Ready() bool { return locked(f, func() bool { return f.ready }) }
 func (f *fakeSource) Assigned() []processor.Partition {

@@ -282,7 +282,7 @@ func (a *App) newMetrics(cfg *config.Config, copts []kgo.Opt, mode processor.Mod
 	if a.Processor != nil {
 		mo.Processor = metrics.Processor(a.Processor.Stats())
 		mo.Pebble["processor"] = a.Store.Metrics
-		inputs := cfg.Kafka.Input
+		inputs := cfg.Kafka.InputNames()
 		if cfg.Ingress != nil && mode == processor.Live {
 			// The ingress's claims are an input too: their lag is
 			// requests waiting to be decided.
@@ -329,13 +329,14 @@ func (a *App) newProcessor(cfg *config.Config, o Options, d derived, copts []kgo
 	}
 	pc := processor.Config{
 		Session: a.session(cfg, copts, a.Logger),
-		Inputs:  cfg.Kafka.Input, EffectsTopic: cfg.Kafka.EffectsTopic,
+		Inputs:  cfg.Kafka.InputNames(), EffectsTopic: cfg.Kafka.EffectsTopic,
 		WaitForInputs: !cfg.Kafka.Embedded,
 		Projections:   d.projections, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: d.policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
 		Mode: o.Mode,
 	}
 	pc.MaxRecordsPerTxn = cfg.Kafka.MaxRecordsPerTransaction
+	pc.InputFormats, pc.SchemaRegistry = InputFormats(cfg)
 	if in := cfg.Ingress; in != nil {
 		pc.ReceiptsTopic, pc.ClaimsTopic, pc.IngressTopic = in.ReceiptsTopic, in.ClaimsTopic, in.Topic
 	}

@@ -333,6 +333,8 @@ func (l *Loop[T]) publishReadiness() {
 		l.stats.setReadiness(false, fmt.Sprintf("input topic %s does not exist (create it; the worker waits for it)", strings.Join(missing, ", ")))
 	case !joined:
 		l.stats.setReadiness(false, "joining consumer group "+l.cfg.Group)
+	case l.held != nil:
+		l.stats.setReadiness(false, "holding: "+l.held.reason+" (records wait, nothing is dead-lettered)")
 	case len(restoring) > 0:
 		slices.Sort(restoring)
 		l.stats.setReadiness(false, fmt.Sprintf("group %s: restoring %d of %d partitions (%s)", l.cfg.Group, len(restoring), len(l.tasks), strings.Join(restoring, ", ")))

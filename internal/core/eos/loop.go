@@ -188,6 +188,8 @@ type Loop[T TaskHandler] struct {
 	// writing (Run waits for them).
 	inflight *inflight
 	writers  sync.WaitGroup
+	// held: transactions abort on a HoldError (hold.go); nil otherwise.
+	held *holding
 }
 
 // New returns a loop; call Run once.
@@ -293,7 +295,13 @@ func (l *Loop[T]) Run(ctx context.Context) (err error) {
 			continue
 		}
 		if err := l.transact(sess, fetches, now); err != nil {
-			return err
+			he, ok := asHold(err)
+			if !ok {
+				return err
+			}
+			if !l.hold(ctx, he) {
+				return nil
+			}
 		}
 	}
 }

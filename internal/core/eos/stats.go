@@ -18,6 +18,7 @@ type Stats struct {
 	txnTime  []time.Duration // recent committed transaction durations (ring)
 	restored int64
 	retries  int64 // restore attempts repeated after a broker error
+	holds    int64 // transactions aborted on a HoldError
 	assigned map[state.Task]bool
 	ready    bool
 	reason   string // why not ready
@@ -94,6 +95,20 @@ func (s *Stats) addRestoreRetry() {
 	s.mu.Lock()
 	s.retries++
 	s.mu.Unlock()
+}
+
+func (s *Stats) addHold() {
+	s.mu.Lock()
+	s.holds++
+	s.mu.Unlock()
+}
+
+// Holds counts the transactions aborted because a record had to wait
+// (HoldError): the Schema Registry was unavailable.
+func (s *Stats) Holds() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holds
 }
 
 // RestoreRetries counts restore attempts repeated after a broker error.

@@ -44,9 +44,15 @@ func (l *Loop[T]) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, 
 		err = l.processAll(b, fetches)
 	}
 	if err != nil {
-		// A state read failed (Pebble error): abort and stop; nothing is lost.
+		// A state read failed (Pebble error): abort and stop; nothing is
+		// lost. Or a record must wait (HoldError): abort, and Run tries
+		// again after a backoff; nothing of the transaction was written,
+		// but the handler's in-memory indexes may have seen it.
 		l.abort(sess)
 		l.stats.addTxn("aborted", time.Since(start))
+		if _, ok := asHold(err); ok {
+			l.invalidate()
+		}
 		return err
 	}
 
@@ -86,6 +92,7 @@ func (l *Loop[T]) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, 
 		return err
 	}
 	written = true // from here on, the abort hooks are the write's to run
+	l.unhold()
 	return l.writeState(tx, p, start, fetches.NumRecords())
 }
 

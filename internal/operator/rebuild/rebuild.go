@@ -132,7 +132,7 @@ func (o *Options) validate() (*config.Projection, error) {
 	for _, p := range o.Config.Projections {
 		taken[p.Topic] = "the topic of projection " + p.Name
 	}
-	for _, in := range k.Input {
+	for _, in := range k.InputNames() {
 		taken[in] = "an input topic"
 		taken[processor.ChangelogTopic(o.Config.Name, in)] = "a changelog topic of the live worker"
 		if n := len(processor.ChangelogTopic(group, in)); n > 249 {
@@ -278,11 +278,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer admCl.Close()
-	if err := checkAccess(ctx, admCl, group, cfg.Kafka.Input); err != nil {
+	if err := checkAccess(ctx, admCl, group, cfg.Kafka.InputNames()); err != nil {
 		return nil, err
 	}
 	adm := kadm.NewClient(admCl)
-	pos, err := capture(ctx, adm, group, cfg.Kafka.Input, o.From)
+	pos, err := capture(ctx, adm, group, cfg.Kafka.InputNames(), o.From)
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +370,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 			SessionTimeout:     cfg.Kafka.SessionTimeout.Std(), Logger: o.Logger,
 		},
 		Group:         group,
-		Inputs:        cfg.Kafka.Input,
+		Inputs:        cfg.Kafka.InputNames(),
 		WaitForInputs: !cfg.Kafka.Embedded,
 		Projections:   []*projection.Projection{proj}, Dedup: dedup.NewStore(cfg.Dedup.Retention.Std()),
 		HoldTimeout: cfg.Gaps.HoldTimeout.Std(), GapPolicy: policy, MaxHeld: int64(cfg.Gaps.MaxHeldPerAggregate),
@@ -378,6 +378,7 @@ func newProcessor(o Options, pc *config.Projection, stateDir, group string, brok
 		Mode: processor.Rebuild, StartOffset: &startOffset,
 	}
 	seam.Processor(&pcfg, seam.Seams{Store: store, Hooks: o.Hooks})
+	pcfg.InputFormats, pcfg.SchemaRegistry = wiring.InputFormats(cfg)
 	// The rules run so that what live would have emitted is counted as
 	// suppressed; in rebuild mode the processor never produces it.
 	rules, err := wiring.EffectRules(cfg)
@@ -465,7 +466,7 @@ func serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen string, cfg *c
 	mo.Projections = []string{proj}
 	mo.Processor = metrics.Processor(p.Stats())
 	mo.Pebble = map[string]func() *pebble.Metrics{"processor": store.Metrics}
-	mo.Lag = metrics.NewKafkaLag(adm, group, cfg.Kafka.Input...)
+	mo.Lag = metrics.NewKafkaLag(adm, group, cfg.Kafka.InputNames()...)
 	mo.Logger = log
 	m, err := metrics.New(reg, mo)
 	if err != nil {
