@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/projector-dev/projector/internal/core/jsonenc"
 )
 
 // Registry is the embedded Schema Registry: franz-go's srfake (an in-memory
@@ -158,7 +160,7 @@ func (r *Registry) apply(c change) *httptest.ResponseRecorder {
 }
 
 func (r *Registry) append(c change) error {
-	line, err := json.Marshal(c)
+	line, err := jsonenc.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("broker: schema registry journal: %w", err)
 	}
