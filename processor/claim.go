@@ -57,7 +57,7 @@ func (p *Processor) decideClaim(b *eos.Batch, ts *taskState, r *kgo.Record) erro
 		if errors.As(err, &ee) {
 			reason = ee.Reason()
 		}
-		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, reason, err.Error())
+		p.deadLetterRecord(b, ts, r, reason, err.Error())
 		return nil
 	}
 	key := claimStateKey(ts.task.Prefix, c.TenantID, c.Key)

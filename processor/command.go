@@ -41,11 +41,11 @@ func (c *Command) Valid() bool { return c.Op == "skip-gap" && c.Aggregate != "" 
 func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 	var c Command
 	if err := command.Decode(r.Value, &c); err != nil {
-		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, err.Error())
+		p.deadLetterRecord(b, ts, r, command.ReasonInvalidValue, err.Error())
 		return nil
 	}
 	if c.Projection != "" && !slices.ContainsFunc(p.guards, func(g *guard.Guard) bool { return g.P.Name == c.Projection }) {
-		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
+		p.deadLetterRecord(b, ts, r, command.ReasonInvalidValue,
 			fmt.Sprintf("skip-gap: no projection %q", c.Projection))
 		return nil
 	}
@@ -68,7 +68,7 @@ func (p *Processor) applyCommand(b *eos.Batch, ts *taskState, r *kgo.Record) err
 		}
 	}
 	if skipped == 0 {
-		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
+		p.deadLetterRecord(b, ts, r, command.ReasonInvalidValue,
 			fmt.Sprintf("skip-gap: aggregate %q holds no events in %s", c.Aggregate, ts.task.ID))
 	}
 	return nil

@@ -86,7 +86,7 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 		bs.counts.addAll(matched, OutcomeDuplicate)
 		return nil
 	case dedup.Conflict:
-		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, ReasonConflict,
+		p.deadLetterRecord(b, ts, r, ReasonConflict,
 			fmt.Sprintf("event %q was seen before with a different fingerprint", ev.EventID))
 		bs.counts.addAll(matched, OutcomeConflict)
 		return nil
@@ -133,7 +133,7 @@ func (p *Processor) rejectInvalid(b *eos.Batch, ts *taskState, r *kgo.Record, or
 	if errors.As(err, &ee) {
 		reason = ee.Reason()
 	}
-	p.deadLetter(b, ts, r.Offset, r.Key, r.Value, reason, msg)
+	p.deadLetterRecord(b, ts, r, reason, msg)
 	ts.batchOf(b).counts.add("", OutcomeInvalid)
 	if origin != nil {
 		p.receipt(b, r, origin, &receipt.Receipt{Outcome: "invalid", Reason: reason})
@@ -161,7 +161,7 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record
 	if rejected == nil {
 		return matched, nil
 	}
-	p.deadLetter(b, ts, r.Offset, r.Key, r.Value, reasonNoVersion,
+	p.deadLetterRecord(b, ts, r, reasonNoVersion,
 		"envelope: invalid aggregateVersion: required by versioned projection "+strings.Join(rejected, ", "))
 	return offer, rejected
 }
@@ -200,7 +200,7 @@ func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value [
 		p.emitStep(b, ts, g, ev.AggregateID, step)
 	}
 	if tooLarge != nil {
-		p.deadLetter(b, ts, r.Offset, r.Key, r.Value, ReasonTooLarge, strings.Join(tooLarge, "; "))
+		p.deadLetterRecord(b, ts, r, ReasonTooLarge, strings.Join(tooLarge, "; "))
 	}
 	return nil
 }
@@ -242,6 +242,14 @@ func (p *Processor) emitStep(b *eos.Batch, ts *taskState, g *guard.Guard, aggreg
 	if g.P.Versioned && (step.HeldBefore > 0 || step.HeldCount > 0) {
 		ts.trackGap(b, gapKey{g.P.Name, aggregate}, step.Step)
 	}
+}
+
+// deadLetterRecord dead-letters input record r itself, with its headers
+// (eos.Batch.DeadLetterWithHeaders): a record of a format whose attributes
+// travel in headers stays readable from its dead letter.
+func (p *Processor) deadLetterRecord(b *eos.Batch, ts *taskState, r *kgo.Record, reason, msg string) {
+	b.DeadLetterWithHeaders(ts.task.ID, r.Offset, r.Key, r.Value, r.Headers, reason, msg)
+	ts.batchOf(b).counts.deadLetter(reason)
 }
 
 // deadLetter dead-letters a record of task ts in the batch's transaction

@@ -238,7 +238,7 @@ func (wt *workerTask) refuse(b *eos.Batch, r *kgo.Record, why string, err error)
 	if effect.StoreFailed(err) {
 		return err
 	}
-	b.DeadLetter(wt.task.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue, why+err.Error())
+	b.DeadLetterWithHeaders(wt.task.ID, r.Offset, r.Key, r.Value, r.Headers, command.ReasonInvalidValue, why+err.Error())
 	return nil
 }
 

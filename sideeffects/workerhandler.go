@@ -129,12 +129,12 @@ func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 		// of the idempotency key: an intent filed under another key could
 		// be executed by two partitions' Runners at once
 		// (docs/contract.md#side-effect-intents-topic).
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, command.ReasonInvalidValue,
+		b.DeadLetterWithHeaders(t.ID, r.Offset, r.Key, r.Value, r.Headers, command.ReasonInvalidValue,
 			fmt.Sprintf("sideeffects: intent key %q is not the record's key %q", in.Key, r.Key))
 		return nil
 	}
 	if why := w.tooLarge(in); why != "" {
-		b.DeadLetter(t.ID, r.Offset, r.Key, r.Value, ReasonTooLarge, why)
+		b.DeadLetterWithHeaders(t.ID, r.Offset, r.Key, r.Value, r.Headers, ReasonTooLarge, why)
 		return nil
 	}
 	e, dup, err := l.Offer(in, b.Now)

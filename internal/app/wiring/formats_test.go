@@ -257,9 +257,22 @@ func checkFormatsOutputs(t *testing.T, brokers []string, fs []format) {
 		last[string(r.Key)] = string(v.State)
 	}
 	reasons := map[string][]string{}
-	for _, d := range testkit.DeadLetters(dlq) {
+	for i, d := range testkit.DeadLetters(dlq) {
 		topic, _, _ := strings.Cut(d.Source, "/")
 		reasons[topic] = append(reasons[topic], d.Reason)
+		// A binary-mode CloudEvent's attributes are its headers: its dead
+		// letter keeps them, or it could not be read or replayed.
+		if topic == "fmt.ce-binary" && d.Reason == "invalid:eventId" {
+			var ceType string
+			for _, h := range dlq[i].Headers {
+				if h.Key == "ce_type" {
+					ceType = string(h.Value)
+				}
+			}
+			if ceType != "OrderPlaced" {
+				t.Errorf("fmt.ce-binary: the poison record's dead letter has ce_type %q, want its own header OrderPlaced", ceType)
+			}
+		}
 	}
 	for _, f := range fs {
 		agg := "agg-" + f.topic

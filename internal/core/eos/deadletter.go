@@ -69,15 +69,51 @@ const HeaderOriginalBytes = "projector-original-bytes"
 // DeadLetter produces the original record to the dead-letter topic with the
 // reason headers.
 func (b *Batch) DeadLetter(id state.Task, offset int64, key, value []byte, reason, msg string) {
-	r := &kgo.Record{
-		Topic: b.tx.dlq,
-		Key:   key,
-		Value: value,
-		Headers: []kgo.RecordHeader{
-			{Key: HeaderReason, Value: HeaderValue(reason)},
-			{Key: HeaderError, Value: HeaderValue(msg)},
-			{Key: HeaderSource, Value: HeaderValue(id.Topic + "/" + strconv.Itoa(int(id.Partition)) + "/" + strconv.FormatInt(offset, 10))},
-		},
+	b.DeadLetterWithHeaders(id, offset, key, value, nil, reason, msg)
+}
+
+// HeaderHeadersDropped is set on a dead letter that left out original
+// headers (more than MaxDeadLetterHeaderBytes): how many.
+const HeaderHeadersDropped = "projector-original-headers-dropped"
+
+// MaxDeadLetterHeaderBytes bounds the original headers a dead letter keeps,
+// keys and values together: within the room MaxBatchBytes leaves beside the
+// original key and value (MaxDeadLetterBytes) for headers.
+const MaxDeadLetterHeaderBytes = 8 << 10
+
+// headerOverhead bounds what a header adds to its key and value in a record
+// (two length varints).
+const headerOverhead = 10
+
+// DeadLetterWithHeaders is DeadLetter keeping the original record's
+// headers, before the reason headers: a record whose attributes travel in
+// headers (a binary-mode CloudEvent's ce_ headers, Debezium's id and type)
+// can be read and replayed from its dead letter. Original headers named as
+// the dead letter's own are left out (a reader takes the reason headers
+// unambiguously), and so are those past MaxDeadLetterHeaderBytes
+// (HeaderHeadersDropped counts them).
+func (b *Batch) DeadLetterWithHeaders(id state.Task, offset int64, key, value []byte, original []kgo.RecordHeader, reason, msg string) {
+	r := &kgo.Record{Topic: b.tx.dlq, Key: key, Value: value}
+	room, dropped := MaxDeadLetterHeaderBytes, 0
+	for _, h := range original {
+		switch h.Key {
+		case HeaderReason, HeaderError, HeaderSource, HeaderOriginalBytes, HeaderHeadersDropped:
+			continue
+		}
+		if n := len(h.Key) + len(h.Value) + headerOverhead; n <= room {
+			r.Headers = append(r.Headers, h)
+			room -= n
+		} else {
+			dropped++
+		}
+	}
+	r.Headers = append(r.Headers,
+		kgo.RecordHeader{Key: HeaderReason, Value: HeaderValue(reason)},
+		kgo.RecordHeader{Key: HeaderError, Value: HeaderValue(msg)},
+		kgo.RecordHeader{Key: HeaderSource, Value: HeaderValue(id.Topic + "/" + strconv.Itoa(int(id.Partition)) + "/" + strconv.FormatInt(offset, 10))},
+	)
+	if dropped > 0 {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderHeadersDropped, Value: []byte(strconv.Itoa(dropped))})
 	}
 	if len(key)+len(value) > MaxDeadLetterBytes {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalBytes,
