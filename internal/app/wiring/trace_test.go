@@ -21,6 +21,7 @@ import (
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/operator/rebuild"
 )
 
 // traceConfig: an envelope topic (also the ingress's), a CloudEvents topic,
@@ -66,7 +67,8 @@ type traced struct{ parent, state string }
 // extension (binary and structured mode, written by the SDK), and as an
 // ingress request's headers, which the ingress puts on the record it
 // produces. An event without one, or with an invalid one (W3C: ignored),
-// gets none on its outputs.
+// gets none on its outputs. A rebuild's projection records carry the same
+// headers as live's.
 func TestTraceContextEndToEnd(t *testing.T) {
 	hook := newTraceReceiver(t)
 	a, brokers := startTraceWorker(t, hook.URL)
@@ -153,7 +155,31 @@ func TestTraceContextEndToEnd(t *testing.T) {
 		seen["intent "+k] = true
 		checkTrace(t, "intent "+string(r.Key), r.Headers, want[k])
 	}
+	// A rebuild's projection records carry the same headers.
+	res, err := rebuild.Run(wctx, rebuild.Options{Config: a.Config, Topic: "tr.orders.v2", Brokers: brokers,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil || !res.Completed {
+		t.Fatalf("rebuild: %+v, %v", res, err)
+	}
+	rebuilt, err := testkit.ReadAll(wctx, brokers, "tr.orders.v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rebuilt {
+		var v struct {
+			Version int `json:"version"`
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("rebuilt record %s: %v", r.Value, err)
+		}
+		k := fmt.Sprintf("%s:v%d", r.Key, v.Version)
+		seen["rebuilt "+k] = true
+		checkTrace(t, "rebuilt projection record "+k, r.Headers, want[k])
+	}
 	for k, w := range want {
+		if !seen["rebuilt "+k] {
+			t.Errorf("%s: no rebuilt projection record", k)
+		}
 		if !seen[k] || !seen["intent "+k] {
 			t.Errorf("%s: a projection record %v, an intent %v; want both", k, seen[k], seen["intent "+k])
 		}
