@@ -25,6 +25,7 @@ import (
 	"github.com/projector-dev/projector/internal/core/command"
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/internal/core/receipt"
 )
 
@@ -77,10 +78,13 @@ func (p *Processor) decideClaim(b *eos.Batch, ts *taskState, r *kgo.Record) erro
 	}
 	b.Txn.Set(key, append(append([]byte{claimVersion}, digest[:]...), c.Request...))
 	won := &receipt.ClaimReceipt{TenantID: c.TenantID, Key: c.Key, Request: c.Request, Count: len(evs), Batch: c.Batch}
+	// The winning request's trace context (the ingress put it on the claim
+	// record) goes on with each of its events (docs/contract.md#trace-context).
+	tc := inputformat.TraceFromHeaders(r.Headers)
 	for i, ev := range evs {
 		o := receipt.Origin{TenantID: c.TenantID, Key: c.Key, Index: i, Count: len(evs), Batch: c.Batch}.Encode()
 		b.Produce(&kgo.Record{Topic: p.cfg.IngressTopic, Key: []byte(ev.aggregateID), Value: ev.value,
-			Headers: []kgo.RecordHeader{{Key: receipt.Header, Value: o}}})
+			Headers: tc.Headers([]kgo.RecordHeader{{Key: receipt.Header, Value: o}})})
 		won.Fingerprints = append(won.Fingerprints, hex.EncodeToString(ev.fp[:]))
 	}
 	b.Produce(&kgo.Record{Topic: p.cfg.ReceiptsTopic, Key: []byte(receipt.ClaimKey(c.TenantID, c.Key)), Value: won.Encode(),

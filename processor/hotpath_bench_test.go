@@ -21,7 +21,20 @@ import (
 // records and the synced Pebble commit, amortised. Events are new and in
 // order, on the same 5000 (of 10k) aggregates in every batch, whose state is
 // warm.
-func BenchmarkProcessEvent(b *testing.B) {
+func BenchmarkProcessEvent(b *testing.B) { benchProcessEvent(b, nil) }
+
+// BenchmarkProcessEventTraced is BenchmarkProcessEvent whose events carry
+// a W3C trace context (traceparent and tracestate headers), which their
+// projection records carry on (docs/contract.md#trace-context).
+func BenchmarkProcessEventTraced(b *testing.B) {
+	benchProcessEvent(b, []kgo.RecordHeader{
+		{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")},
+		{Key: "tracestate", Value: []byte("vendor=a")},
+	})
+}
+
+// benchProcessEvent is BenchmarkProcessEvent with headers on every event.
+func benchProcessEvent(b *testing.B, headers []kgo.RecordHeader) {
 	const (
 		aggregates = 10_000
 		txnSize    = 5000
@@ -55,7 +68,7 @@ func BenchmarkProcessEvent(b *testing.B) {
 			recs = append(recs, &kgo.Record{Key: []byte(agg), Value: fmt.Appendf(nil,
 				`{"eventId":"%s-ev-%d","eventType":%q,"aggregateId":%q,"aggregateType":"RegulatoryCase",`+
 					`"aggregateVersion":%d,"occurredAt":"2026-06-28T10:15:30Z","producer":"workload","payload":{"owner":"user-%d","updates":%d}}`,
-				agg, v, typ, agg, v, v%50, v)})
+				agg, v, typ, agg, v, v%50, v), Headers: headers})
 		}
 		return recs
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/internal/core/jsonenc"
 	"github.com/projector-dev/projector/internal/engine/guard"
 	"github.com/projector-dev/projector/projection"
@@ -30,7 +31,7 @@ func projectionRecord(p *projection.Projection, c guard.Change) *kgo.Record {
 		len(c.State) + len(ev.EventID) + len(ev.EventType) + len(ev.OccurredAt)
 	buf := make([]byte, 0, n)
 	buf = append(buf, ev.AggregateID...)
-	r := &kgo.Record{Topic: p.Topic, Key: buf[:len(ev.AggregateID):len(ev.AggregateID)]}
+	r := &kgo.Record{Topic: p.Topic, Key: buf[:len(ev.AggregateID):len(ev.AggregateID)], Headers: traceHeaders(c.Source)}
 	if c.Deleted {
 		return r
 	}
@@ -81,7 +82,16 @@ func (p *Processor) emitIntents(b *eos.Batch, ts *taskState, pr *projection.Proj
 			continue
 		}
 		v := effect.IntentValue(in, pr.Name, c.Event, c.Version, c.Source.Value)
-		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v})
+		b.Produce(&kgo.Record{Topic: p.cfg.EffectsTopic, Key: []byte(in.Key), Value: v, Headers: traceHeaders(c.Source)})
 		ts.batchOf(b).counts.effect(in.Effect, IntentEnqueued)
 	}
+}
+
+// traceHeaders are the traceparent and tracestate headers of an output of
+// the event of src: the W3C trace context its record carried
+// (docs/contract.md#trace-context); nil, with no allocation, when it
+// carried none. The values alias the input record (or the held wrapper it
+// drained from), which outlives the transaction's produce.
+func traceHeaders(src guard.Source) []kgo.RecordHeader {
+	return inputformat.TraceContext{Parent: src.TraceParent, State: src.TraceState}.Headers(nil)
 }

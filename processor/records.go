@@ -39,13 +39,18 @@ const (
 // loop (docs/design.md#nothing-dropped-silently).
 func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 	bs := ts.batchOf(b)
-	var origin []byte // the ingress header: this record wants a receipt
+	var origin []byte  // the ingress header: this record wants a receipt
+	var tp, tst []byte // the W3C trace context headers, read in the same pass
 	for _, h := range r.Headers {
-		if h.Key == HeaderCommand {
+		switch h.Key {
+		case HeaderCommand:
 			return p.applyCommand(b, ts, r)
-		}
-		if h.Key == receipt.Header {
+		case receipt.Header:
 			origin = h.Value
+		case inputformat.HeaderTraceParent:
+			tp = h.Value
+		case inputformat.HeaderTraceState:
+			tst = h.Value
 		}
 	}
 	// The event envelope: the record value, or what the topic's decoder
@@ -62,6 +67,10 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 			return nil
 		}
 		value = res.Value
+	} else if tp != nil {
+		// An envelope topic has no decoder (the fast path): its trace
+		// context is the headers', validated; nothing to do without one.
+		res.Trace = inputformat.ParseTrace(tp, tst)
 	}
 	var ev envelope.Event
 	if err := envelope.DecodeInto(value, p.cfg.MaxRecordBytes, &ev); err != nil {
@@ -117,7 +126,7 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 		}
 		return nil
 	}
-	return p.offerAll(b, ts, r, value, &ev, matched, rc)
+	return p.offerAll(b, ts, r, value, res.Trace, &ev, matched, rc)
 }
 
 // reasonNoVersion dead-letters an event without aggregateVersion that a
@@ -174,10 +183,11 @@ func (p *Processor) rejectUnversioned(b *eos.Batch, ts *taskState, r *kgo.Record
 // The source kept with a held event, and embedded in its intents, is the
 // envelope (value), not the record's own value when the topic has another
 // format: a held event drains by decoding its envelope again, without the
-// topic's decoder or its Schema Registry.
-func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value []byte, ev *envelope.Event, matched []*guard.Guard, rc *receipt.Receipt) error {
+// topic's decoder or its Schema Registry. The trace context goes with it
+// (the held wrapper stores it), and onto every output of the event.
+func (p *Processor) offerAll(b *eos.Batch, ts *taskState, r *kgo.Record, value []byte, tc inputformat.TraceContext, ev *envelope.Event, matched []*guard.Guard, rc *receipt.Receipt) error {
 	bs := ts.batchOf(b)
-	src := guard.Source{Offset: r.Offset, Key: r.Key, Value: value}
+	src := guard.Source{Offset: r.Offset, Key: r.Key, Value: value, TraceParent: tc.Parent, TraceState: tc.State}
 	var tooLarge []string // "projection p: why"
 	for _, g := range matched {
 		step, tooBig, err := p.offer(b, ts, g, ev, src)

@@ -139,6 +139,7 @@ func (r *Runner) call(ctx context.Context, eff Effect, e effect.Entry) effect.Re
 	if err != nil {
 		in = effect.Intent{Key: e.Key, Effect: e.Effect, Value: e.Intent}
 	}
+	in.TraceParent, in.TraceState = e.TraceParent, e.TraceState
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eff.Timeout)
 	defer cancel()
 	return eff.Caller.Call(callCtx, in, e.Intent)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/core/command"
 	"github.com/projector-dev/projector/internal/core/eos"
+	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -123,6 +124,12 @@ func (wt *workerTask) Process(b *eos.Batch, r *kgo.Record) error {
 	in, err := effect.ParseIntent(r.Value)
 	if err != nil {
 		return wt.refuse(b, r, "", err)
+	}
+	// The event's trace context, from the intent record's headers
+	// (validated; an invalid one is ignored): the ledger keeps it for the
+	// webhook calls (docs/contract.md#trace-context).
+	if tc := inputformat.TraceFromHeaders(r.Headers); !tc.IsZero() {
+		in.TraceParent, in.TraceState = string(tc.Parent), string(tc.State)
 	}
 	if string(r.Key) != in.Key {
 		// The key picks the partition, and so the one ledger (and Runner)

@@ -28,6 +28,14 @@ const (
 	MaxRefBytes = 256
 	// MaxNoteBytes bounds an operator's resolve note.
 	MaxNoteBytes = 1024
+	// MaxTraceParentBytes bounds the traceparent an entry keeps: version
+	// 00's is 55 bytes; a future version's longer one is kept up to this,
+	// and a longer one dropped (with its tracestate) rather than cut.
+	MaxTraceParentBytes = 128
+	// MaxTraceStateBytes bounds the tracestate an entry keeps: the 512
+	// characters W3C Trace Context asks to be propagated; a longer one is
+	// dropped.
+	MaxTraceStateBytes = 512
 )
 
 // TruncatedMark replaces the middle of a text cut to its bound.
@@ -80,6 +88,15 @@ func bound(e *Entry) {
 		e.History[i] = e.History[i].Bounded()
 	}
 	e.Ref = BoundText(e.Ref, MaxRefBytes)
+	// W3C trace context is printable ASCII (the executor keeps only a
+	// validated one); anything else is dropped, never cut or escaped, so
+	// its encoding stays within worstEntry's.
+	if len(e.TraceParent) > MaxTraceParentBytes || !printable(e.TraceParent) {
+		e.TraceParent, e.TraceState = "", ""
+	}
+	if len(e.TraceState) > MaxTraceStateBytes || !printable(e.TraceState) {
+		e.TraceState = ""
+	}
 	if r := e.Resolution; r != nil {
 		r.Note = BoundText(r.Note, MaxNoteBytes)
 	}
@@ -149,7 +166,8 @@ func worstEntry(key, effect string, intent json.RawMessage) Entry {
 	e := Entry{
 		Key: key, Effect: effect, Status: longestStatus(), Attempts: math.MinInt,
 		Ref: worstText(MaxRefBytes), NextAttempt: at, Created: at, Updated: at, Intent: intent,
-		Resolution: &Resolution{Outcome: longestStatus(), Note: worstText(MaxNoteBytes), At: at},
+		Resolution:  &Resolution{Outcome: longestStatus(), Note: worstText(MaxNoteBytes), At: at},
+		TraceParent: worstText(MaxTraceParentBytes), TraceState: worstText(MaxTraceStateBytes),
 	}
 	a := worstAttempt()
 	for range MaxHistory {
@@ -210,4 +228,14 @@ func longestOutcome() Outcome {
 		}
 	}
 	return o
+}
+
+// printable reports whether s is all printable ASCII.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -26,6 +26,12 @@ type Intent struct {
 	// Value is the whole record value the intent was parsed from; it is what
 	// the ledger keeps and what the webhook receives as its body.
 	Value []byte `json:"-"`
+	// TraceParent and TraceState are the W3C trace context of the event
+	// that made the intent: the intent record's traceparent and tracestate
+	// headers, validated, kept in the ledger entry and sent as the webhook
+	// request's headers (docs/contract.md#trace-context). "" when none.
+	TraceParent string `json:"-"`
+	TraceState  string `json:"-"`
 }
 
 // IntentValue builds the intents-topic record value of

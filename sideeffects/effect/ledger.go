@@ -85,6 +85,10 @@ type Entry struct {
 	// duplicates never replace it. It is the webhook body.
 	Intent     json.RawMessage `json:"intent"`
 	Resolution *Resolution     `json:"resolution,omitempty"`
+	// TraceParent and TraceState are the first intent's trace context
+	// (Intent.TraceParent), for every call of the key.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // TransitionError is an illegal ledger transition.
@@ -183,7 +187,7 @@ func (l *Ledger) Offer(in Intent, now time.Time) (e Entry, dup bool, err error) 
 		}
 	}
 	e = Entry{Key: in.Key, Effect: in.Effect, Status: Pending, Created: now, Updated: now,
-		Intent: append(json.RawMessage(nil), value...)}
+		Intent: append(json.RawMessage(nil), value...), TraceParent: in.TraceParent, TraceState: in.TraceState}
 	return e, false, l.put(&e)
 }
 

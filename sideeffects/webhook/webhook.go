@@ -116,6 +116,13 @@ func (w *Client) call(ctx context.Context, in effect.Intent, body []byte) effect
 	req.GetBody = nil
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", in.Key)
+	if in.TraceParent != "" {
+		// The event's W3C trace context (docs/contract.md#trace-context).
+		req.Header.Set("traceparent", in.TraceParent)
+		if in.TraceState != "" {
+			req.Header.Set("tracestate", in.TraceState)
+		}
+	}
 	if w.Signer != nil {
 		// Signed over the very bytes the request carries, stamped now:
 		// each attempt has its own timestamp (receivers reject old ones).

@@ -8,9 +8,12 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/internal/core/receipt"
 )
 
@@ -48,7 +51,7 @@ func (s *Server) writeClaim(ctx context.Context, req *request) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	acked := make(chan error, 1) // buffered: a late promise never blocks
-	s.producer.Produce(pctx, &kgo.Record{Topic: s.cfg.ClaimsTopic, Key: []byte(receipt.ClaimKey(req.tenant, req.key)), Value: req.claim},
+	s.producer.Produce(pctx, &kgo.Record{Topic: s.cfg.ClaimsTopic, Key: []byte(receipt.ClaimKey(req.tenant, req.key)), Value: req.claim, Headers: req.trace},
 		func(_ *kgo.Record, err error) { acked <- err })
 	select {
 	case err := <-acked:
@@ -56,6 +59,25 @@ func (s *Server) writeClaim(ctx context.Context, req *request) error {
 	case <-pctx.Done():
 		return fmt.Errorf("not acknowledged within %s: %w", s.cfg.Timeout, pctx.Err())
 	}
+}
+
+// traceOf is the request's W3C trace context (the traceparent and
+// tracestate headers, https://www.w3.org/TR/trace-context/) as the headers
+// of its claim record, which the processor deciding the claim carries on to
+// the events it forwards (docs/contract.md#trace-context). A traceparent
+// that is invalid, or given more than once, is ignored as W3C says: the
+// request is not refused for it. Several tracestate headers are one list.
+func traceOf(r *http.Request) []kgo.RecordHeader {
+	tp, present, ok := headerValue(r, inputformat.HeaderTraceParent)
+	if !present || !ok {
+		return nil
+	}
+	ts := strings.Join(r.Header.Values(inputformat.HeaderTraceState), ",")
+	var state []byte
+	if ts != "" {
+		state = []byte(ts)
+	}
+	return inputformat.ParseTrace([]byte(tp), state).Headers(nil)
 }
 
 // pollable reports whether key's receipt path, /v1/receipts/{key} with the

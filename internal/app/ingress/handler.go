@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/projector-dev/projector/internal/core/envelope"
 	"github.com/projector-dev/projector/internal/core/jsonenc"
 	"github.com/projector-dev/projector/internal/core/receipt"
@@ -87,6 +89,9 @@ type request struct {
 	// record's value: the request as the processors decide it.
 	id    string
 	claim []byte
+	// trace is the request's W3C trace context as claim record headers
+	// (traceOf); nil when it carries none.
+	trace []kgo.RecordHeader
 }
 
 // failure is a 4xx found while parsing.
@@ -168,7 +173,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 	case err != nil || top == nil:
 		return nil, fail(422, "body", `the body must be a JSON object: an event envelope or {"events":[…]}`)
 	}
-	req := &request{key: key, tenant: tenant}
+	req := &request{key: key, tenant: tenant, trace: traceOf(r)}
 	elems := []json.RawMessage{data}
 	if evs, ok := top["events"]; ok && top["eventType"] == nil {
 		req.batch = true

@@ -466,6 +466,12 @@ func waitCaughtUp(t *testing.T, brokers []string, topics ...string) {
 // binary or structured mode.
 func ceRecord(t *testing.T, agg string, o order, structured bool) *kgo.Record {
 	t.Helper()
+	return ceRecordOf(t, agg, ceEvent(t, agg, o), structured)
+}
+
+// ceEvent is the order as a CloudEvent.
+func ceEvent(t *testing.T, agg string, o order) *event.Event {
+	t.Helper()
 	e := event.New()
 	e.SetID(o.id)
 	e.SetSource("/shop/orders")
@@ -476,12 +482,19 @@ func ceRecord(t *testing.T, agg string, o order, structured bool) *kgo.Record {
 	if err := e.SetData("application/json", o.payload()); err != nil {
 		t.Fatal(err)
 	}
+	return &e
+}
+
+// ceRecordOf is e as the SDK's Kafka binding writes it, in binary or
+// structured mode.
+func ceRecordOf(t *testing.T, agg string, e *event.Event, structured bool) *kgo.Record {
+	t.Helper()
 	ctx := binding.WithForceBinary(context.Background())
 	if structured {
 		ctx = binding.WithForceStructured(context.Background())
 	}
 	var pm sarama.ProducerMessage
-	if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(&e), &pm); err != nil {
+	if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(e), &pm); err != nil {
 		t.Fatal(err)
 	}
 	r := &kgo.Record{Key: []byte(agg)}

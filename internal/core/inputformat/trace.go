@@ -47,6 +47,41 @@ func (t TraceContext) SpanID() string {
 	return string(t.Parent[36:52])
 }
 
+// Headers appends t as the traceparent and tracestate record headers (the
+// W3C Trace Context Kafka convention, the one OpenTelemetry's Kafka
+// instrumentations use) to hs; hs unchanged when t is zero. The values
+// alias t.
+func (t TraceContext) Headers(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	if t.Parent == nil {
+		return hs
+	}
+	if hs == nil {
+		hs = make([]kgo.RecordHeader, 0, 2) // one allocation for both
+	}
+	hs = append(hs, kgo.RecordHeader{Key: HeaderTraceParent, Value: t.Parent})
+	if t.State != nil {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderTraceState, Value: t.State})
+	}
+	return hs
+}
+
+// TraceFromHeaders is the trace context of a record's traceparent and
+// tracestate headers, validated (ParseTrace); zero when there is none or
+// it is invalid. The slices alias the headers.
+func TraceFromHeaders(hs []kgo.RecordHeader) TraceContext { return traceFromHeaders(hs) }
+
+// ParseTrace is the trace context of a traceparent and a tracestate value
+// (an HTTP request's headers, say), validated as W3C Trace Context asks of
+// a receiver: an invalid traceparent gives the zero context (its tracestate
+// is dropped with it), an invalid tracestate is dropped alone. The slices
+// alias tp and ts.
+func ParseTrace(tp, ts []byte) TraceContext {
+	if tp == nil {
+		return TraceContext{}
+	}
+	return newTraceContext(tp, ts)
+}
+
 // traceFromHeaders is the trace context of the traceparent and tracestate
 // headers. It runs on every record of the envelope format, so it only
 // compares names until it finds one.

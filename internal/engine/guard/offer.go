@@ -260,6 +260,10 @@ func (g *Guard) applyHeld(st *aggState, stored []byte, step *Step) bool {
 	}
 	src.Key = append([]byte(nil), src.Key...)
 	src.Value = append([]byte(nil), src.Value...)
+	if src.TraceParent != nil { // the outputs' trace headers: kept as the key and value
+		src.TraceParent = append([]byte(nil), src.TraceParent...)
+		src.TraceState = bytes.Clone(src.TraceState)
+	}
 	ev, err := envelope.Decode(src.Value, g.MaxRecordBytes)
 	if err != nil {
 		step.Failures = append(step.Failures, Failure{Source: src, Err: err})

@@ -13,10 +13,14 @@ import (
 )
 
 // Source locates an event's original record, for outputs and dead letters;
-// a held event is stored with it.
+// a held event is stored with it. TraceParent and TraceState are the W3C
+// trace context the record carried (validated by the caller; nil when
+// none), stored with a held event so that its outputs carry it when it
+// drains (docs/contract.md#trace-context).
 type Source struct {
-	Offset     int64
-	Key, Value []byte
+	Offset                  int64
+	Key, Value              []byte
+	TraceParent, TraceState []byte
 }
 
 // Changelog-key kind bytes of the guard's state: the first byte of a key
@@ -153,13 +157,38 @@ func DecodeHeld(b []byte) (at time.Time, src Source, err error) {
 	}
 	b = b[n:]
 	kl, n := binary.Varint(b)
-	if n <= 0 || kl > int64(len(b)-n) {
+	if n <= 0 || kl < heldTraced || kl > int64(len(b)-n) {
 		return at, src, errCorrupt
 	}
 	b = b[n:]
+	if kl == heldTraced {
+		if src.TraceParent, b, err = heldBytes(b); err != nil {
+			return at, src, err
+		}
+		if src.TraceState, b, err = heldBytes(b); err != nil {
+			return at, src, err
+		}
+		if len(src.TraceState) == 0 {
+			src.TraceState = nil
+		}
+		if kl, n = binary.Varint(b); n <= 0 || kl < -1 || kl > int64(len(b)-n) {
+			return at, src, errCorrupt
+		}
+		b = b[n:]
+	}
 	if kl >= 0 {
 		src.Key, b = b[:kl:kl], b[kl:]
 	}
 	src.Value = b
 	return time.UnixMilli(ms), src, nil
+}
+
+// heldBytes reads one uvarint-length-prefixed field of a held wrapper.
+func heldBytes(b []byte) (field, rest []byte, err error) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l > uint64(len(b)-n) { // compared unsigned: a huge length must not wrap
+		return nil, nil, errCorrupt
+	}
+	b = b[n:]
+	return b[:l:l], b[l:], nil
 }
