@@ -428,6 +428,13 @@ func startFormatsWorker(t *testing.T, registryURL string) (*wiring.App, []string
 	t.Helper()
 	b, brokers := testkit.Broker(t, 1, formatTopics...)
 	src := fmt.Sprintf(formatsConfig, b.Addr(), registryURL, filepath.Join(t.TempDir(), "state"))
+	return runWorker(t, src), brokers
+}
+
+// runWorker runs the worker of the configuration src until the test ends
+// (its Run must then return nil); PROJECTOR_TEST_LOG shows its log.
+func runWorker(t *testing.T, src string) *wiring.App {
+	t.Helper()
 	cfg, err := config.Parse([]byte(src), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +457,7 @@ func startFormatsWorker(t *testing.T, registryURL string) (*wiring.App, []string
 		}
 		a.Close()
 	})
-	return a, brokers
+	return a
 }
 
 func waitCaughtUp(t *testing.T, brokers []string, topics ...string) {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
@@ -276,28 +274,7 @@ func startTraceWorker(t *testing.T, hookURL string) (*wiring.App, []string) {
 	t.Helper()
 	b, brokers := testkit.Broker(t, 1, traceTopics...)
 	src := fmt.Sprintf(traceConfig, b.Addr(), filepath.Join(t.TempDir(), "state"), freeAddr(t), hookURL)
-	cfg, err := config.Parse([]byte(src), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lvl := slog.LevelWarn
-	if os.Getenv("PROJECTOR_TEST_LOG") != "" {
-		lvl = slog.LevelDebug
-	}
-	a, err := wiring.New(cfg, wiring.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		a.Close()
-	})
+	a := runWorker(t, src)
 	<-a.Ingress.Listening()
 	testkit.Await(t, time.Minute, "the worker to be ready", func() bool { ok, _ := a.Ready(); return ok })
 	return a, brokers
