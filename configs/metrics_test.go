@@ -20,6 +20,7 @@ import (
 	"github.com/projector-dev/projector/configs"
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/testtool"
 )
 
@@ -180,38 +181,33 @@ func scrapeWorker(t *testing.T) string {
 		a.Close()
 	})
 	base := "http://" + cfg.HTTP.Listen
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testkit.Await(t, time.Minute, "the worker to be ready", func() bool {
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker not ready within a minute (last error %v)", err)
-		}
-		time.Sleep(50 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	// Lag series appear once a refresh saw the assigned partitions (the
 	// first refresh runs at start, maybe before the assignment): wait for
-	// them rather than for a fixed time.
-	for {
+	// them rather than for a fixed time; the checks that follow say what
+	// is missing if they never do.
+	var body string
+	_ = testkit.WaitFor(context.Background(), time.Minute, func() bool {
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, err := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(body), "\nprojector_consumer_lag{") || time.Now().After(deadline) {
-			return string(body)
-		}
-		time.Sleep(100 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
-	}
+		body = string(b)
+		return strings.Contains(body, "\nprojector_consumer_lag{")
+	})
+	return body
 }
 
 // TestQueriedMetricsExist checks that every metric the Grafana dashboard and

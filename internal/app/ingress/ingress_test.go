@@ -91,16 +91,9 @@ func startWorkerFrom(t *testing.T, src, instance string, hooks *eos.Hooks) *work
 	})
 	<-a.Ingress.Listening()
 	w.url = "http://" + a.Ingress.Addr().String()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if ok, _ := a.Ready(); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			_, why := a.Ready()
-			t.Fatalf("worker %s not ready: %s", instance, why)
-		}
-		time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
+	if err := testkit.WaitFor(context.Background(), 30*time.Second, func() bool { ok, _ := a.Ready(); return ok }); err != nil {
+		_, why := a.Ready()
+		t.Fatalf("worker %s not ready: %s", instance, why)
 	}
 	return w
 }

@@ -107,10 +107,10 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	}
 	// The counters are published after Pebble is written, which follows the
 	// Kafka commit that made the offsets visible: give the last one a moment.
-	settle := time.Now().Add(30 * time.Second)
-	for gauge(t, a, "projector_events_total", "outcome=applied,projection=overview") < float64(exp.Applied) && time.Now().Before(settle) {
-		time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
-	}
+	// The checks below say what is missing if it never comes.
+	_ = testkit.WaitFor(ctx, 30*time.Second, func() bool {
+		return gauge(t, a, "projector_events_total", "outcome=applied,projection=overview") >= float64(exp.Applied)
+	})
 	for _, c := range []struct {
 		projection, outcome string
 		want                int
@@ -169,7 +169,7 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("never ready after the restore")
 		}
-		time.Sleep(time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
+		time.Sleep(time.Millisecond) // sleep ok: the sampling interval; the samples themselves are what is checked
 	}
 	final := st.Restored()
 	notReadyWhileRestoring := false

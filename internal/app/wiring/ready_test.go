@@ -1,6 +1,7 @@
 package wiring_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -89,17 +90,19 @@ func TestReadyIdleThirdInstance(t *testing.T) {
 	waitReady := func(in *inst, within time.Duration) time.Duration {
 		t.Helper()
 		begin := time.Now()
-		for {
-			ok, why := in.a.Ready()
-			code, body := readyz(in.http)
-			if ok && code == http.StatusOK {
-				return time.Since(begin)
-			}
-			if time.Since(begin) > within {
-				t.Fatalf("%s not ready after %s: Ready() = %v %q; /readyz %d %q", in.id, within, ok, why, code, body)
-			}
-			time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
+		var (
+			ok        bool
+			why, body string
+			code      int
+		)
+		if err := testkit.WaitFor(context.Background(), within, func() bool {
+			ok, why = in.a.Ready()
+			code, body = readyz(in.http)
+			return ok && code == http.StatusOK
+		}); err != nil {
+			t.Fatalf("%s not ready after %s: Ready() = %v %q; /readyz %d %q", in.id, within, ok, why, code, body)
 		}
+		return time.Since(begin)
 	}
 
 	a, b2 := start("i1"), start("i2")
@@ -131,18 +134,14 @@ func TestReadyIdleThirdInstance(t *testing.T) {
 	// An instance is ready also while it holds nothing, so "ready" alone
 	// can be seen mid-rebalance: wait for the settled assignment.
 	for _, in := range []*inst{a, b2} {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			p, e := len(in.a.Processor.Stats().Assigned()), len(in.a.Executor.Stats().Assigned())
-			ok, _ := in.a.Ready()
-			if ok && p == 1 && e == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s holds %d input and %d effects partitions (ready %v), want 1 and 1, ready", in.id, p, e, ok)
-				break
-			}
-			time.Sleep(20 * time.Millisecond) // sleep ok: poll pause of a wait for a condition, with its deadline above
+		var p, e int
+		var ok bool
+		if err := testkit.WaitFor(context.Background(), 15*time.Second, func() bool {
+			p, e = len(in.a.Processor.Stats().Assigned()), len(in.a.Executor.Stats().Assigned())
+			ok, _ = in.a.Ready()
+			return ok && p == 1 && e == 1
+		}); err != nil {
+			t.Errorf("%s holds %d input and %d effects partitions (ready %v), want 1 and 1, ready", in.id, p, e, ok)
 		}
 	}
 	t.Logf("idle third instance ready %s after it started", took.Round(time.Millisecond))
