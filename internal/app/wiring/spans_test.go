@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,6 +245,55 @@ func checkOutputsOf(t *testing.T, brokers []string, agg string, want traced) {
 		}
 		if n != 1 {
 			t.Errorf("%s: %d records of %s, want 1", c.topic, n, c.key)
+		}
+	}
+}
+
+// TestSpansCollectorDown: with tracing.otlp.endpoint set to a collector
+// that accepts the export and never answers, events flow as without
+// tracing: the batch span processor queues the spans and its exporter
+// waits off the transactions' path. Once an export is stuck at the
+// collector, further events are processed, called and traced within a few
+// seconds, less than the exporter's 10 s timeout that an export on the
+// transactions' path (a synchronous span processor) would cost each
+// transaction and call. The worker's exit waits for the collector at most
+// tracingShutdownTimeout (the cleanup's Close).
+func TestSpansCollectorDown(t *testing.T) {
+	var exports atomic.Int32
+	release := make(chan struct{})
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		exports.Add(1)
+		<-release // hang, until the test ends
+	}))
+	t.Cleanup(func() { close(release); collector.Close() }) // after the worker's cleanup
+	hook := newTraceReceiver(t)
+	b, brokers := testkit.Broker(t, 1, traceTopics...)
+	src := fmt.Sprintf(traceConfig, b.Addr(), filepath.Join(t.TempDir(), "state"), freeAddr(t), hook.URL) +
+		fmt.Sprintf("tracing: {otlp: {endpoint: %q}}\n", collector.URL)
+	a := runWorker(t, src)
+	testkit.Await(t, time.Minute, "the worker to be ready", func() bool { ok, _ := a.Ready(); return ok })
+	produce := func(i int) {
+		r := &kgo.Record{Topic: "tr.events", Key: []byte("down"), Value: fmt.Appendf(nil,
+			`{"eventId":"down-%d","eventType":"OrderPlaced","aggregateId":"down","aggregateVersion":%d}`, i, i),
+			Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte(tp(20 + i))}}}
+		if err := testkit.ProduceRecords(context.Background(), brokers, 1<<20, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(1)
+	testkit.Await(t, time.Minute, "the first event's call", func() bool { return hook.count() == 1 })
+	// The batch processor exports within its 5 s schedule: then an export hangs.
+	testkit.Await(t, 30*time.Second, "an export at the collector", func() bool { return exports.Load() > 0 })
+	const n = 4
+	for i := 2; i <= n; i++ {
+		produce(i)
+	}
+	testkit.Await(t, 8*time.Second, "the other events' calls while the export hangs", func() bool { return hook.count() == n })
+	for i := 1; i <= n; i++ {
+		// Tracing is on: the call carries its span's context, not the event's.
+		got := hook.call(fmt.Sprintf("n:down:v%d", i))
+		if !strings.HasPrefix(got.parent, "00-"+traceID(20+i)+"-") || strings.Contains(got.parent, inputSpanID) {
+			t.Errorf("call %d: traceparent %q, want the webhook span's, in trace %s", i, got.parent, traceID(20+i))
 		}
 	}
 }

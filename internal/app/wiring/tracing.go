@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -48,6 +49,10 @@ func (a *App) newTracing(cfg *config.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("tracing: resource: %w", err)
 	}
+	// The SDK reports failed exports through its global handler (the
+	// standard logger by default): to the worker's log instead.
+	log := a.Logger
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: spans not exported", "err", err) }))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	a.tracing, a.tracer = tp, tp
 	a.Logger.Info("tracing: exporting spans over OTLP/HTTP", "url", cfg.Tracing.TracesURL(), "serviceName", cfg.Tracing.ServiceName)
