@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -100,6 +101,24 @@ func TestTransactionSpan(t *testing.T) {
 		if got[k] != w && got[k].Emit() != w.Emit() {
 			t.Errorf("attribute %s = %s, want %s", k, got[k].Emit(), w.Emit())
 		}
+	}
+
+	// An aborted transaction: its span says so, with its records and
+	// without the outcomes that did not take effect.
+	exp.Reset()
+	bt = eos.NewTaskBatch(st, task, time.Now(), func(*kgo.Record) {})
+	p.beginSpan(bt)
+	if err := h.Process(bt, ev(4, "CaseUpdated", "traceparent", tpB)); err != nil {
+		t.Fatal(err)
+	}
+	bt.Abort()
+	if spans = exp.GetSpans(); len(spans) != 1 {
+		t.Fatalf("aborted: %d spans, want 1", len(spans))
+	}
+	s = spans[0]
+	if s.Status.Code != codes.Error || len(s.Attributes) != 2 || s.Attributes[0] != attribute.Int(AttrRecords, 1) ||
+		s.Parent.SpanID().String() != "00f067aa0ba902b7" {
+		t.Errorf("aborted: status %v, attributes %v, parent %s; want error, %s=1 and the partitions alone, parent B", s.Status, s.Attributes, s.Parent.SpanID(), AttrRecords)
 	}
 
 	// Off: no tally, no span.
