@@ -31,6 +31,9 @@ type batchState struct {
 	// kv stages each guard step over the transaction (stage), one step at
 	// a time: reused, so a step allocates no overlay of its own.
 	kv staging.Overlay
+	// trace collects the batch's records and trace contexts for the
+	// transaction span; nil when tracing is off (tracing.go).
+	trace *traceTally
 }
 
 // stage returns the batch's staging overlay over its transaction b, empty:
@@ -55,6 +58,7 @@ func (ts *taskState) batchOf(b *eos.Batch) *batchState {
 	}
 	bs := &batchState{ts: ts, counts: newTally()}
 	ts.open, ts.openState = b, bs
+	ts.p.joinSpan(bs)
 	b.OnCommit(func() {
 		ts.closeBatch(b)
 		bs.committed()

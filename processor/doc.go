@@ -39,4 +39,10 @@
 // called concurrently and must not keep unsynchronised state; the built-in
 // Rules and effect.Rules keep none. A committed transaction is written
 // to Pebble on a goroutine while the next one runs (decision 004).
+//
+// Tracing (tracing.go): with Session.TracerProvider set, each transaction
+// is one OpenTelemetry span, made when it ends, whose parent and links are
+// its records' trace contexts (docs/contract.md#trace-context). The spans
+// never change what a transaction writes, and their work is per
+// transaction, not per record; unset, nothing is collected.
 package processor

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/eos"
@@ -21,20 +22,22 @@ import (
 // records and the synced Pebble commit, amortised. Events are new and in
 // order, on the same 5000 (of 10k) aggregates in every batch, whose state is
 // warm.
-func BenchmarkProcessEvent(b *testing.B) { benchProcessEvent(b, nil) }
+func BenchmarkProcessEvent(b *testing.B) { benchProcessEvent(b, nil, nil) }
 
 // BenchmarkProcessEventTraced is BenchmarkProcessEvent whose events carry
 // a W3C trace context (traceparent and tracestate headers), which their
 // projection records carry on (docs/contract.md#trace-context).
-func BenchmarkProcessEventTraced(b *testing.B) {
-	benchProcessEvent(b, []kgo.RecordHeader{
-		{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")},
-		{Key: "tracestate", Value: []byte("vendor=a")},
-	})
+func BenchmarkProcessEventTraced(b *testing.B) { benchProcessEvent(b, benchTraceHeaders, nil) }
+
+// benchTraceHeaders are a W3C trace context's record headers.
+var benchTraceHeaders = []kgo.RecordHeader{
+	{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")},
+	{Key: "tracestate", Value: []byte("vendor=a")},
 }
 
-// benchProcessEvent is BenchmarkProcessEvent with headers on every event.
-func benchProcessEvent(b *testing.B, headers []kgo.RecordHeader) {
+// benchProcessEvent is BenchmarkProcessEvent with headers on every event
+// and, when tp is set, a transaction span per batch (tracing.go).
+func benchProcessEvent(b *testing.B, headers []kgo.RecordHeader, tp trace.TracerProvider) {
 	const (
 		aggregates = 10_000
 		txnSize    = 5000
@@ -44,7 +47,7 @@ func benchProcessEvent(b *testing.B, headers []kgo.RecordHeader) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	p, task, h := directTask(b, st, nil)
+	p, task, h := directTaskWith(b, st, func(c *Config) { c.TracerProvider = tp })
 	changelog := ChangelogTopic(p.cfg.Group, "case-events")
 	produced := 0
 	produce := func(*kgo.Record) { produced++ }
@@ -75,6 +78,7 @@ func benchProcessEvent(b *testing.B, headers []kgo.RecordHeader) {
 	// Warm up: every aggregate exists and is cached.
 	for range 2 {
 		bt := eos.NewTaskBatch(st, task, now, produce)
+		p.beginSpan(bt) // as Begin does; nothing without a TracerProvider
 		for _, r := range next() {
 			if err := h.Process(bt, r); err != nil {
 				b.Fatal(err)
@@ -87,6 +91,7 @@ func benchProcessEvent(b *testing.B, headers []kgo.RecordHeader) {
 	applied0 := p.stats.Outcome(OutcomeApplied)
 	batch := next()
 	bt := eos.NewTaskBatch(st, task, now, produce)
+	p.beginSpan(bt)
 	i, processed := 0, 0
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -105,6 +110,7 @@ func benchProcessEvent(b *testing.B, headers []kgo.RecordHeader) {
 				b.Fatal(err)
 			}
 			bt = eos.NewTaskBatch(st, task, now, produce)
+			p.beginSpan(bt)
 			i = 0
 		}
 	}

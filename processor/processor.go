@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/acl"
@@ -39,6 +40,11 @@ type Processor struct {
 	// runCtx is Run's context, for the Schema Registry requests a decoder
 	// makes: set before the loop starts, read by its workers.
 	runCtx context.Context
+	// tracer makes the transaction spans (tracing.go); nil when
+	// Session.TracerProvider is not set. curTrace is the open
+	// transaction's span, set by Begin, read by the task batches.
+	tracer   trace.Tracer
+	curTrace *txnTrace
 }
 
 // taskState is the pipeline's state and work for one owned task (its
@@ -105,6 +111,9 @@ func New(cfg Config) (*Processor, error) {
 		return nil, err
 	}
 	p.decoders = decoders
+	if cfg.TracerProvider != nil {
+		p.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	if err := p.openStore(); err != nil {
 		return nil, err
 	}
@@ -276,6 +285,7 @@ func (h *pipeline) Due(now time.Time) bool { return (*Processor)(h).gapsDue(now)
 
 func (h *pipeline) Begin(b *eos.Batch) error {
 	p := (*Processor)(h)
+	p.beginSpan(b)
 	b.OnCommitted(p.publishGaps)
 	due := p.expiring(b.Now, expireChunk)
 	if n := len(due); n > 0 {
@@ -316,6 +326,9 @@ func (h *pipeline) Begin(b *eos.Batch) error {
 // Process handles one record of the task: an input record
 // (Processor.process) or a claim (Processor.decideClaim).
 func (ts *taskState) Process(b *eos.Batch, r *kgo.Record) error {
+	if ts.p.tracer != nil {
+		ts.traceRecord(b, r)
+	}
 	if ts.claims {
 		return ts.p.decideClaim(b, ts, r)
 	}

@@ -72,6 +72,9 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 		// context is the headers', validated; nothing to do without one.
 		res.Trace = inputformat.ParseTrace(tp, tst)
 	}
+	if bs.trace != nil {
+		bs.trace.note(res.Trace) // the transaction span's parent and links
+	}
 	var ev envelope.Event
 	if err := envelope.DecodeInto(value, p.cfg.MaxRecordBytes, &ev); err != nil {
 		p.rejectInvalid(b, ts, r, origin, err)

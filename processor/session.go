@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/seam"
@@ -77,6 +78,9 @@ type Session struct {
 	SessionTimeout time.Duration
 	// Logger receives the processor's logs; default: discarded.
 	Logger *slog.Logger
+	// TracerProvider, when set, makes the processor's transaction spans (OpenTelemetry;
+	// docs/contract.md#trace-context); nil: no spans, and no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // eos is the session as the transaction loop takes it, with the store and

@@ -142,6 +142,9 @@ func (r *Runner) call(ctx context.Context, eff Effect, e effect.Entry) effect.Re
 	in.TraceParent, in.TraceState = e.TraceParent, e.TraceState
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eff.Timeout)
 	defer cancel()
+	if r.tracer != nil {
+		return r.tracedCall(callCtx, eff, e, in)
+	}
 	return eff.Caller.Call(callCtx, in, e.Intent)
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/projector-dev/projector/sideeffects/effect"
 )
 
@@ -56,6 +58,8 @@ type Runner struct {
 	again     map[string]bool // enqueued while active: look again when done
 	withdrawn map[string]int  // keys whose last attempts were withdrawn, how many in a row
 	started   bool
+	// tracer makes the call spans; nil without RunnerConfig.TracerProvider.
+	tracer trace.Tracer
 }
 
 // NewRunner validates cfg and returns a Runner.
@@ -64,8 +68,12 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, err
 	}
 	cfg.applyDefaults()
-	return &Runner{cfg: cfg, wake: make(chan struct{}, 1), active: make(map[string]bool), again: make(map[string]bool),
-		withdrawn: make(map[string]int)}, nil
+	r := &Runner{cfg: cfg, wake: make(chan struct{}, 1), active: make(map[string]bool), again: make(map[string]bool),
+		withdrawn: make(map[string]int)}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
+	return r, nil
 }
 
 // Enqueue asks the Runner to look at key now. It never blocks and is safe

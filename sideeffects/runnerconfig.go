@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/projector-dev/projector/sideeffects/effect"
 	"github.com/projector-dev/projector/sideeffects/webhook"
 )
@@ -83,6 +85,9 @@ type RunnerConfig struct {
 	OnChange func(effect.Entry)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// TracerProvider, when set, makes a span of every call (tracing.go,
+	// docs/contract.md#trace-context); nil: no spans, and no cost.
+	TracerProvider trace.TracerProvider
 	// calls is the registry of calls in flight in this process, shared by
 	// the Runners that may execute the same keys: a Worker's Runners, and
 	// above all the successive Runners of one partition. Nil gives the

@@ -52,7 +52,7 @@ func (wt *workerTask) Restored() error {
 	ctx, cancel := context.WithCancel(w.runCtx)
 	r, err := NewRunner(RunnerConfig{
 		Store: (*taskStore)(wt), Effects: w.cfg.Effects, Workers: w.cfg.Workers,
-		Now: w.cfg.seams.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition),
+		Now: w.cfg.seams.Now, Logger: w.cfg.Logger.With("partition", t.ID.Partition), TracerProvider: w.cfg.TracerProvider,
 		calls: w.calls, Scope: string(t.Prefix), Report: w.report, ReportWithdrawal: w.reportWithdrawal, OnChange: w.changed,
 	})
 	if err != nil {

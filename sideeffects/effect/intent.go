@@ -30,6 +30,8 @@ type Intent struct {
 	// that made the intent: the intent record's traceparent and tracestate
 	// headers, validated, kept in the ledger entry and sent as the webhook
 	// request's headers (docs/contract.md#trace-context). "" when none.
+	// With tracing on, the Runner gives its Caller the call span's context
+	// here instead (a child of the event's, in the same trace).
 	TraceParent string `json:"-"`
 	TraceState  string `json:"-"`
 }

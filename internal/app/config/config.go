@@ -81,6 +81,8 @@ type Config struct {
 	// SchemaRegistry is the optional Schema Registry for input values
 	// framed for one; nil when the section is absent.
 	SchemaRegistry *SchemaRegistry `yaml:"schemaRegistry"`
+	// Tracing configures the OpenTelemetry spans; off by default.
+	Tracing Tracing `yaml:"tracing"`
 }
 
 // Kafka configures the client and the topics.
@@ -357,6 +359,7 @@ func (c *Config) ApplyDefaults() {
 	if k.SessionTimeout == 0 {
 		k.SessionTimeout = Duration(DefaultSessionTimeout)
 	}
+	c.Tracing.applyDefaults()
 	eb := &k.EmbeddedBroker
 	if eb.Dir == "" && c.State.Dir != "" {
 		eb.Dir = filepath.Join(filepath.Dir(c.State.Dir), "embedded-kafka")

@@ -85,6 +85,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateIngress(&l)
+	c.validateTracing(&l)
 	return l.err()
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/projector-dev/projector/internal/core/inputformat"
 	"github.com/projector-dev/projector/internal/core/receipt"
@@ -64,20 +65,32 @@ func (s *Server) writeClaim(ctx context.Context, req *request) error {
 // traceOf is the request's W3C trace context (the traceparent and
 // tracestate headers, https://www.w3.org/TR/trace-context/) as the headers
 // of its claim record, which the processor deciding the claim carries on to
-// the events it forwards (docs/contract.md#trace-context). A traceparent
-// that is invalid, or given more than once, is ignored as W3C says: the
-// request is not refused for it. Several tracestate headers are one list.
-func traceOf(r *http.Request) []kgo.RecordHeader {
+// the events it forwards (docs/contract.md#trace-context). With tracing on
+// it is the context of the request's span (tracing.go), a child of the
+// request's: the events' outputs then chain to the ingress's span.
+func (s *Server) traceOf(r *http.Request) []kgo.RecordHeader {
+	if s.tracer != nil {
+		if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() {
+			return inputformat.TraceOf(sc).Headers(nil)
+		}
+	}
+	return requestTrace(r).Headers(nil)
+}
+
+// requestTrace is the request's own W3C trace context. A traceparent that
+// is invalid, or given more than once, is ignored as W3C says: the request
+// is not refused for it. Several tracestate headers are one list.
+func requestTrace(r *http.Request) inputformat.TraceContext {
 	tp, present, ok := headerValue(r, inputformat.HeaderTraceParent)
 	if !present || !ok {
-		return nil
+		return inputformat.TraceContext{}
 	}
 	ts := strings.Join(r.Header.Values(inputformat.HeaderTraceState), ",")
 	var state []byte
 	if ts != "" {
 		state = []byte(ts)
 	}
-	return inputformat.ParseTrace([]byte(tp), state).Headers(nil)
+	return inputformat.ParseTrace([]byte(tp), state)
 }
 
 // pollable reports whether key's receipt path, /v1/receipts/{key} with the

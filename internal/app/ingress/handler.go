@@ -173,7 +173,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (*request, *failu
 	case err != nil || top == nil:
 		return nil, fail(422, "body", `the body must be a JSON object: an event envelope or {"events":[…]}`)
 	}
-	req := &request{key: key, tenant: tenant, trace: traceOf(r)}
+	req := &request{key: key, tenant: tenant, trace: s.traceOf(r)}
 	elems := []json.RawMessage{data}
 	if evs, ok := top["events"]; ok && top["eventType"] == nil {
 		req.batch = true

@@ -54,6 +54,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/httpserver"
@@ -84,6 +85,9 @@ type Config struct {
 	Logger     *slog.Logger
 	// Registerer takes the ingress metrics; nil: not registered.
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, makes a span of every request (tracing.go);
+	// nil: none, and the request's own trace context goes on the claim.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) applyDefaults() {
@@ -105,6 +109,7 @@ type Server struct {
 	metrics *metrics
 
 	producer *kgo.Client
+	tracer   trace.Tracer  // nil: no spans
 	stop     chan struct{} // closed when Run's context is done: waiting requests answer 202
 
 	mu       sync.Mutex
@@ -122,6 +127,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, view: newView(cfg.Logger), metrics: m, stop: make(chan struct{}), inflight: map[string]struct{}{}}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	s.producer, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ProducerBatchMaxBytes(int32(eos.MaxBatchBytes(cfg.MaxRecordBytes))),
 		kgo.ProducerLinger(0)}, cfg.ClientOpts...)...)
@@ -140,7 +148,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/events", s.post)
 	mux.HandleFunc("GET /v1/receipts/{key}", s.getReceipt)
-	return s.metrics.wrap(s.cfg.Gate.Wrap(mux, problemOf))
+	return s.metrics.wrap(s.traced(s.cfg.Gate.Wrap(mux, problemOf)))
 }
 
 // Ready reports whether the ingress answers requests: its receipts view has

@@ -38,7 +38,7 @@ func TestTraceOf(t *testing.T) {
 		for _, v := range c.tss {
 			r.Header.Add("Tracestate", v)
 		}
-		if got := traceOf(r); !reflect.DeepEqual(got, c.want) {
+		if got := (&Server{}).traceOf(r); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: traceOf = %q, want %q", c.name, got, c.want)
 		}
 	}

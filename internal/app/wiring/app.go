@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -26,9 +25,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/app/broker"
@@ -65,6 +65,10 @@ type App struct {
 	Metrics  *metrics.Metrics
 	admin    *kgo.Client
 	sasl     *SASLWatch
+	// tracer makes the spans (nil: tracing off); tracing is the provider
+	// the wiring built and shuts down (tracing.go).
+	tracer  trace.TracerProvider
+	tracing *sdktrace.TracerProvider
 }
 
 // Role selects what a process runs.
@@ -86,6 +90,10 @@ type Options struct {
 	Hooks *eos.Hooks
 	// ExecutorHooks are passed to the executor's loop (tests).
 	ExecutorHooks *eos.Hooks
+	// TracerProvider, when set, makes the spans instead of the one
+	// tracing.otlp configures (tests: an in-memory exporter); the caller
+	// shuts it down.
+	TracerProvider trace.TracerProvider
 }
 
 // ProcessorDir and ExecutorDir are the Pebble directories below state.dir.
@@ -231,6 +239,9 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 	if o.Role == "" {
 		o.Role = RoleAll
 	}
+	if err := a.newTracing(cfg, o); err != nil {
+		return nil, err
+	}
 	if o.Role != RoleExecutor {
 		if err := a.newProcessor(cfg, o, d, copts); err != nil {
 			return nil, err
@@ -364,6 +375,7 @@ func (a *App) session(cfg *config.Config, copts []kgo.Opt, logger *slog.Logger) 
 		TransactionTimeout: cfg.Kafka.TransactionTimeout.Std(),
 		SessionTimeout:     cfg.Kafka.SessionTimeout.Std(),
 		Logger:             logger,
+		TracerProvider:     a.tracer,
 	}
 }
 
@@ -419,33 +431,13 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	a.stopTracing() // every part is done: flush their spans
 	return a.sasl.Explain(&a.Config.Kafka, errors.Join(errs...))
-}
-
-// SASLWatch notices a failed SASL exchange. Real brokers answer bad
-// credentials with SASL_AUTHENTICATION_FAILED, which the client reports by
-// name; some (kfake among them) close the connection instead, which the
-// client reports as a bare EOF. Add it to a client with kgo.WithHooks.
-type SASLWatch struct{ failed atomic.Bool }
-
-// OnBrokerE2E implements kgo.HookBrokerE2E.
-func (w *SASLWatch) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e kgo.BrokerE2E) {
-	if key == int16(kmsg.SASLAuthenticate) && e.Err() != nil {
-		w.failed.Store(true)
-	}
-}
-
-// Explain wraps err with the cause when a SASL exchange failed.
-func (w *SASLWatch) Explain(k *config.Kafka, err error) error {
-	if err == nil || w == nil || !w.failed.Load() || k.SASL == nil {
-		return err
-	}
-	return fmt.Errorf("SASL authentication failed (mechanism %s, user %q): the broker rejected the credentials "+
-		"(check kafka.sasl.username and kafka.sasl.password): %w", k.SASL.Mechanism, k.SASL.Username, err)
 }
 
 // Close stops what New started. It is idempotent.
 func (a *App) Close() error {
+	a.stopTracing()
 	var errs []error
 	if a.admin != nil {
 		a.admin.Close()

@@ -435,6 +435,12 @@ func startFormatsWorker(t *testing.T, registryURL string) (*wiring.App, []string
 // (its Run must then return nil); PROJECTOR_TEST_LOG shows its log.
 func runWorker(t *testing.T, src string) *wiring.App {
 	t.Helper()
+	return runWorkerWith(t, src, wiring.Options{})
+}
+
+// runWorkerWith is runWorker with options (its Logger is set).
+func runWorkerWith(t *testing.T, src string, o wiring.Options) *wiring.App {
+	t.Helper()
 	cfg, err := config.Parse([]byte(src), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -443,7 +449,8 @@ func runWorker(t *testing.T, src string) *wiring.App {
 	if os.Getenv("PROJECTOR_TEST_LOG") != "" {
 		lvl = slog.LevelDebug
 	}
-	a, err := wiring.New(cfg, wiring.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))})
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	a, err := wiring.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ func (a *App) newIngress(cfg *config.Config, copts []kgo.Opt, log *slog.Logger) 
 		MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes), Partitions: int32(cfg.Kafka.EmbeddedBroker.Partitions),
 		Gate:    gate,
 		Brokers: a.Brokers, ClientOpts: copts, Logger: log, Registerer: a.Registry,
+		TracerProvider: a.tracer,
 	})
 	return err
 }

@@ -272,9 +272,15 @@ func (rc *traceReceiver) call(key string) traced {
 
 func startTraceWorker(t *testing.T, hookURL string) (*wiring.App, []string) {
 	t.Helper()
+	return startTraceWorkerWith(t, hookURL, wiring.Options{})
+}
+
+// startTraceWorkerWith is startTraceWorker with options.
+func startTraceWorkerWith(t *testing.T, hookURL string, o wiring.Options) (*wiring.App, []string) {
+	t.Helper()
 	b, brokers := testkit.Broker(t, 1, traceTopics...)
 	src := fmt.Sprintf(traceConfig, b.Addr(), filepath.Join(t.TempDir(), "state"), freeAddr(t), hookURL)
-	a := runWorker(t, src)
+	a := runWorkerWith(t, src, o)
 	<-a.Ingress.Listening()
 	testkit.Await(t, time.Minute, "the worker to be ready", func() bool { ok, _ := a.Ready(); return ok })
 	return a, brokers

@@ -145,3 +145,7 @@ func (b *Batch) Commit(h TaskHandler, changelog string) error {
 	b.tx.committed()
 	return nil
 }
+
+// Abort ends a standalone batch (NewTaskBatch) as the loop ends a
+// transaction that does not commit: nothing is written, its abort hooks run.
+func (b *Batch) Abort() { b.tx.aborted() }
