@@ -45,6 +45,12 @@ func peakRSS() int64 {
 	if err != nil {
 		return 0
 	}
+	return statusHWM(b)
+}
+
+// statusHWM is the VmHWM of a /proc/PID/status file, in bytes (0 when
+// absent).
+func statusHWM(b []byte) int64 {
 	for line := range strings.Lines(string(b)) {
 		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
 			f := strings.Fields(rest)
