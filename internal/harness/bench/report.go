@@ -118,9 +118,9 @@ func (r *RestoreResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "projector bench restore: a fresh worker (`projector run --role processor`, a child process, state.dir empty) restores the changelog of N aggregates on %d partitions and becomes ready; %d run(s) per size\n", o.Partitions, o.Runs)
 	fmt.Fprintln(w, "setup (not timed): one event per aggregate, processed by the real worker in this process; broker: kfake (log on disk) in this process, over TCP")
 	for _, s := range r.Sizes {
-		fmt.Fprintf(w, "  %s aggregates: generated in %s, produced in %s, processed in %s; changelog: %s committed records\n",
+		fmt.Fprintf(w, "  %s aggregates: generated in %s, produced in %s, processed in %s; changelog: %s committed records; this process's RSS after the setup %s (peak %s)\n",
 			humanize.Thousands(int64(s.Aggregates)), s.Generate.Round(time.Millisecond), s.Produce.Round(time.Millisecond),
-			s.Process.Round(time.Millisecond), humanize.Thousands(s.Changelog))
+			s.Process.Round(time.Millisecond), humanize.Thousands(s.Changelog), mib(s.BenchRSS), mib(s.SetupPeak))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -145,7 +145,7 @@ func (r *RestoreResult) Print(w io.Writer) {
 			s.Median(func(r RestoreRun) float64 { return float64(r.StateBytes) })/float64(s.Aggregates))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; RSS at ready: the worker's VmHWM once ready; peak RSS: its maximum RSS over its life (rusage, after SIGTERM); state dir: file sizes under state.dir after exit)")
+	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; RSS at ready: the worker's VmHWM once ready; peak RSS: its VmHWM over its life, sampled every 10 ms until it exited on SIGTERM; state dir: file sizes under state.dir after exit)")
 	if m := r.Mismatches(); len(m) > 0 {
 		fmt.Fprintf(w, "\nFAILED: %s\n", strings.Join(m, "; "))
 	} else {

@@ -20,9 +20,9 @@
 //     broker over TCP. Measured: process start until GET /readyz answers
 //     200 (docs/contract.md#health-and-readiness: every assigned partition
 //     restored), projector_restore_records_total from its /metrics then,
-//     its VmHWM then (/proc/PID/status: its own memory alone), then, after
-//     it exits on SIGTERM, which must be with code 0, its maximum RSS over
-//     its life (rusage) and the state directory's bytes.
+//     its VmHWM then (/proc/PID/status: its own memory alone) and, sampled
+//     until it exits on SIGTERM (with code 0, or the run fails), over its
+//     life; then the state directory's bytes.
 //
 // A run whose restored count differs from the changelog's count, or whose
 // worker does not exit 0, is an error (RestoreResult.Err): a fast wrong
@@ -38,6 +38,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -121,8 +123,8 @@ type RestoreRun struct {
 	// Restored is projector_restore_records_total once ready.
 	Restored int64
 	// ReadyRSS is the worker's VmHWM once ready (the restore's own peak);
-	// PeakRSS its maximum RSS over its whole life (rusage, after its exit),
-	// which also covers what it did after the restore (Pebble's
+	// PeakRSS its VmHWM over its whole life (sampled every 10 ms until it
+	// exited), which also covers what it did after the restore (Pebble's
 	// compactions of the restored data, the shutdown).
 	ReadyRSS, PeakRSS int64
 	// StateBytes is the sum of the file sizes under its state.dir after it
@@ -148,7 +150,11 @@ type RestoreSize struct {
 	Changelog int64
 	// Setup timings (not part of the figures).
 	Generate, Produce, Process time.Duration
-	Runs                       []RestoreRun
+	// BenchRSS is this process's RSS after the setup (the embedded
+	// broker's, mostly), SetupPeak its VmHWM then (the generator's and the
+	// setup worker's, with the broker).
+	BenchRSS, SetupPeak int64
+	Runs                []RestoreRun
 }
 
 // Median is the median over runs of f.
@@ -265,8 +271,14 @@ func restoreSize(ctx context.Context, o RestoreOptions, dir string, n int) (Rest
 	if err != nil {
 		return s, fmt.Errorf("bench restore: count the changelog: %w", err)
 	}
-	fmt.Fprintf(o.Progress, "setup: %d aggregates: processed in %s; the changelog holds %d records (counted in %s)\n",
-		n, s.Process.Round(time.Millisecond), s.Changelog, time.Since(t0).Round(time.Millisecond))
+	// What the broker (and the rest of this process) holds while the
+	// workers run: the setup's generator and worker are gone.
+	s.SetupPeak = peakRSS()
+	runtime.GC()
+	debug.FreeOSMemory()
+	s.BenchRSS = procStatus("self", "VmRSS")
+	fmt.Fprintf(o.Progress, "setup: %d aggregates: processed in %s; the changelog holds %d records (counted in %s); this process's RSS (the broker's) now %s\n",
+		n, s.Process.Round(time.Millisecond), s.Changelog, time.Since(t0).Round(time.Millisecond), mib(s.BenchRSS))
 	for i := range o.Runs {
 		fmt.Fprintf(o.Progress, "%d aggregates, run %d/%d: a fresh worker restores ...\n", n, i+1, o.Runs)
 		run, err := restoreRun(ctx, o, b.Addr(), dir, n, i+1)

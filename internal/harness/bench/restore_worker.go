@@ -59,6 +59,7 @@ func restoreRun(ctx context.Context, o RestoreOptions, brokerAddr, dir string, n
 		return r, fmt.Errorf("bench restore: start the worker: %w", err)
 	}
 	go func() { _ = cmd.Wait(); close(exited) }()
+	peak := sampleHWM(cmd.Process.Pid, exited)
 	defer func() {
 		select {
 		case <-exited:
@@ -75,9 +76,7 @@ func restoreRun(ctx context.Context, o RestoreOptions, brokerAddr, dir string, n
 		return r, fmt.Errorf("bench restore: %d aggregates, run %d: %w", n, run, err)
 	}
 	r.ExitCode = stop(cmd, exited)
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.PeakRSS = ru.Maxrss << 10 // KiB on Linux
-	}
+	r.PeakRSS = <-peak
 	r.StateBytes, err = dirBytes(stateDir)
 	return r, err
 }
@@ -151,14 +150,33 @@ func scrapeCounter(addr, name string) (int64, error) {
 	return 0, fmt.Errorf("metric %s not in /metrics", name)
 }
 
-// vmHWM is process pid's peak RSS in bytes (0 when unknown).
-func vmHWM(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	return statusHWM(b)
+// sampleHWM reads pid's VmHWM every 10 ms until exited is closed, then
+// sends the last value read: the peak RSS of its life but for its last
+// 10 ms. The child's rusage cannot give it: Go starts a child with vfork
+// semantics, so the child's ru_maxrss includes this (parent) process's peak
+// RSS at the exec (a 1M-aggregate run read the bench's 2604 MiB there, for
+// every worker).
+func sampleHWM(pid int, exited <-chan struct{}) <-chan int64 {
+	out := make(chan int64, 1)
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		var peak int64
+		for {
+			peak = max(peak, vmHWM(pid))
+			select {
+			case <-exited:
+				out <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
 }
+
+// vmHWM is process pid's peak RSS in bytes (0 when unknown).
+func vmHWM(pid int) int64 { return procStatus(strconv.Itoa(pid), "VmHWM") }
 
 // dirBytes sums the sizes of the regular files under dir.
 func dirBytes(dir string) (int64, error) {
