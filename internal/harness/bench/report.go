@@ -124,12 +124,12 @@ func (r *RestoreResult) Print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "aggregates\trun\tchangelog\trestored\tto ready\trecords/s\tRSS at ready\tpeak RSS\tstate dir\tbytes/agg\texit\t")
+	fmt.Fprintln(tw, "aggregates\trun\tchangelog\trestored\tto ready\trecords/s\tRSS at ready\tpeak RSS\tstate dir\tof which sst\tbytes/agg\texit\t")
 	for _, s := range r.Sizes {
 		for i, run := range s.Runs {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t\n", humanize.Thousands(int64(s.Aggregates)), i+1,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t\n", humanize.Thousands(int64(s.Aggregates)), i+1,
 				humanize.Thousands(s.Changelog), humanize.Thousands(run.Restored), run.Ready.Round(time.Millisecond),
-				humanize.Thousands(int64(run.Rate())), mib(run.ReadyRSS), mib(run.PeakRSS), mib(run.StateBytes),
+				humanize.Thousands(int64(run.Rate())), mib(run.ReadyRSS), mib(run.PeakRSS), mib(run.StateBytes), mib(max(run.SSTBytes, 1)), // no table yet is 0 MiB, not unknown
 				float64(run.StateBytes)/float64(s.Aggregates), run.ExitCode)
 		}
 	}
@@ -145,7 +145,7 @@ func (r *RestoreResult) Print(w io.Writer) {
 			s.Median(func(r RestoreRun) float64 { return float64(r.StateBytes) })/float64(s.Aggregates))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; RSS at ready: the worker's VmHWM once ready; peak RSS: its VmHWM over its life, sampled every 10 ms until it exited on SIGTERM; state dir: file sizes under state.dir after exit)")
+	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; RSS at ready: the worker's VmHWM once ready; peak RSS: its VmHWM over its life, sampled every 10 ms until it exited on SIGTERM; state dir: file sizes under state.dir after exit, of which sst: Pebble's tables, the rest mostly its WAL; bytes/agg: state dir / aggregates)")
 	if m := r.Mismatches(); len(m) > 0 {
 		fmt.Fprintf(w, "\nFAILED: %s\n", strings.Join(m, "; "))
 	} else {

@@ -128,10 +128,11 @@ type RestoreRun struct {
 	// compactions of the restored data, the shutdown).
 	ReadyRSS, PeakRSS int64
 	// StateBytes is the sum of the file sizes under its state.dir after it
-	// exited.
-	StateBytes int64
-	ExitCode   int
-	Log        string // the worker's log file
+	// exited; SSTBytes of its Pebble tables alone (the rest is the WAL,
+	// recycled WAL files, the manifest: about fixed, whatever the size).
+	StateBytes, SSTBytes int64
+	ExitCode             int
+	Log                  string // the worker's log file
 }
 
 // Rate is restored records per second of time to ready.

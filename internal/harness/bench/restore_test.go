@@ -42,7 +42,7 @@ func TestRestoreBenchSmall(t *testing.T) {
 		t.Fatalf("the changelog holds %d records, want ≥ %d (one per aggregate)", s.Changelog, n)
 	}
 	for i, r := range s.Runs {
-		if r.Restored != s.Changelog || r.Ready <= 0 || r.ReadyRSS <= 0 || r.PeakRSS < r.ReadyRSS || r.StateBytes <= 0 {
+		if r.Restored != s.Changelog || r.Ready <= 0 || r.ReadyRSS <= 0 || r.PeakRSS < r.ReadyRSS || r.StateBytes <= 0 || r.StateBytes < r.SSTBytes {
 			t.Fatalf("run %d: %+v (changelog %d)", i+1, r, s.Changelog)
 		}
 	}

@@ -77,7 +77,7 @@ func restoreRun(ctx context.Context, o RestoreOptions, brokerAddr, dir string, n
 	}
 	r.ExitCode = stop(cmd, exited)
 	r.PeakRSS = <-peak
-	r.StateBytes, err = dirBytes(stateDir)
+	r.StateBytes, r.SSTBytes, err = dirBytes(stateDir)
 	return r, err
 }
 
@@ -178,10 +178,10 @@ func sampleHWM(pid int, exited <-chan struct{}) <-chan int64 {
 // vmHWM is process pid's peak RSS in bytes (0 when unknown).
 func vmHWM(pid int) int64 { return procStatus(strconv.Itoa(pid), "VmHWM") }
 
-// dirBytes sums the sizes of the regular files under dir.
-func dirBytes(dir string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+// dirBytes sums the sizes of the regular files under dir, and of its
+// Pebble tables (*.sst) alone.
+func dirBytes(dir string) (all, sst int64, _ error) {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -190,14 +190,17 @@ func dirBytes(dir string) (int64, error) {
 			if err != nil {
 				return err
 			}
-			n += info.Size()
+			all += info.Size()
+			if strings.HasSuffix(path, ".sst") {
+				sst += info.Size()
+			}
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("bench restore: size of %s: %w", dir, err)
+		return 0, 0, fmt.Errorf("bench restore: size of %s: %w", dir, err)
 	}
-	return n, nil
+	return all, sst, nil
 }
 
 // freeAddr is a 127.0.0.1 address with a port free a moment ago.
