@@ -11,6 +11,7 @@ import (
 
 const benchExample = `  projector bench
   projector bench ingress   (the HTTP ingress: see projector bench ingress --help)
+  projector bench restore   (a fresh worker's restore: see projector bench restore --help)
   projector bench --runs 3
   projector bench --runs 3 --floor-records 2
   projector bench --events 20000 --aggregates 2000 --batch 1000`
@@ -20,6 +21,9 @@ const benchExample = `  projector bench
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "ingress" {
 		return runBenchIngress(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "restore" {
+		return runBenchRestore(ctx, args[1:], stdout, stderr)
 	}
 	o := bench.Defaults()
 	fs := newFlags("bench", benchExample).withLogLevel("warn", "processor")
@@ -129,4 +133,48 @@ func runBenchIngress(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	res.Print(stdout)
 	return nil
+}
+
+const benchRestoreExample = `  projector bench restore
+  projector bench restore --aggregates 1000000,10000000 --dir /var/tmp/restore
+  projector bench restore --aggregates 100000 --runs 3 --cpuprofile /tmp/restore.prof`
+
+// runBenchRestore is `projector bench restore`: a fresh worker (this binary,
+// `projector run`, in a child process) restores N aggregates' state from
+// the changelog; time to ready, records/s, its peak RSS and its state
+// directory's bytes per aggregate.
+func runBenchRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultRestoreOptions()
+	fs := newFlags("bench restore", benchRestoreExample).withLogLevel("warn", "setup worker")
+	fs.IntSliceVar(&o.Aggregates, "aggregates", o.Aggregates, "aggregates whose state is restored (one event each), one size after another")
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "input (and changelog) partitions")
+	fs.IntVar(&o.Runs, "runs", o.Runs, "fresh workers per size; the medians are reported")
+	fs.IntVar(&o.Chunk, "chunk", o.Chunk, "events generated at a time (chunks of disjoint aggregates, to bound the setup's memory)")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
+	fs.StringVar(&o.Dir, "dir", "", "directory for the broker's log, the state directories and the workers' logs (default: a temporary one, removed at the end)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each worker, start to exit, to FILE.<aggregates>-r<run>")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := fs.parse(args, stdout); err != nil {
+		return err
+	}
+	if err := positive(fs, "partitions", "runs", "chunk"); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return usageError{"bench restore: " + err.Error()}
+	}
+	log, err := fs.common.logger(stderr)
+	if err != nil {
+		return err
+	}
+	o.Logger = log
+	if !*quiet {
+		o.Progress = stderr
+	}
+	res, err := bench.Restore(ctx, o)
+	if err != nil {
+		return err
+	}
+	res.Print(stdout)
+	return res.Err()
 }

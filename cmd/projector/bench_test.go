@@ -94,6 +94,11 @@ func TestBenchUsage(t *testing.T) {
 		{"ingress", "--requests", "0"},
 		{"ingress", "--bogus"},
 		{"ingress", "--auth", "basic"},
+		{"restore", "--aggregates", "0"},
+		{"restore", "--aggregates", "1000,-5"},
+		{"restore", "--runs", "0"},
+		{"restore", "--partitions", "2000"},
+		{"restore", "--bogus"},
 	} {
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		var ue usageError
@@ -104,5 +109,10 @@ func TestBenchUsage(t *testing.T) {
 	var stdout bytes.Buffer
 	if err := runBench(context.Background(), []string{"--help"}, &stdout, &bytes.Buffer{}); err == nil || !strings.Contains(stdout.String(), "--cpuprofile") {
 		t.Errorf("--help: %v, %q", err, stdout.String())
+	}
+	stdout.Reset()
+	if err := runBench(context.Background(), []string{"restore", "--help"}, &stdout, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(stdout.String(), "projector bench restore --aggregates") {
+		t.Errorf("restore --help: %v, %q", err, stdout.String())
 	}
 }

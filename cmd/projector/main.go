@@ -69,6 +69,7 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
+		defer cpuProfile(stderr)()
 		err := c.run(ctx, args[1:], stdout, stderr)
 		return report(err, stderr)
 	}

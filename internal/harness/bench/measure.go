@@ -40,13 +40,17 @@ func median(v []float64) float64 {
 }
 
 // peakRSS is the process's VmHWM in bytes (0 when unknown).
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+func peakRSS() int64 { return procStatus("self", "VmHWM") }
+
+// procStatus is a memory field (VmHWM, VmRSS) of /proc/<pid>/status, in
+// bytes (0 when unknown).
+func procStatus(pid, field string) int64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			f := strings.Fields(rest)
 			if len(f) >= 1 {
 				kb, _ := strconv.ParseInt(f[0], 10, 64)
