@@ -131,9 +131,14 @@ type LatencyLevel struct {
 	// late gaps): theirs includes the wait for the input.
 	Stamp, Read, Held LatencyStats
 	// Txns are the processor's committed transactions during the level and
-	// TxnP50/TxnP99 their durations (Begin to the end of End).
+	// TxnP50/TxnP99 their durations: Begin until the Pebble write landed,
+	// which, with the processor's AsyncCommit, overlaps the next
+	// transaction (so they can exceed the time between two).
 	Txns           int
 	TxnP50, TxnP99 time.Duration
+	// Requests are the round trips of the processor's clients' Kafka
+	// requests of the transaction cycle during the level (timedRequests).
+	Requests []RequestStats
 	// Elapsed is first produce to last output read; CPU the process's CPU
 	// time over it (broker, producer, processor and reader together).
 	Elapsed, CPU time.Duration
@@ -149,6 +154,14 @@ func (l LatencyLevel) KeptUp() string {
 		return "no: pipeline"
 	}
 	return "yes"
+}
+
+// TxnEvery is the mean time from one committed transaction to the next.
+func (l LatencyLevel) TxnEvery() time.Duration {
+	if l.Txns == 0 {
+		return 0
+	}
+	return l.Elapsed / time.Duration(l.Txns)
 }
 
 // Cores is CPU time over wall time.
@@ -286,6 +299,7 @@ func latencyLevel(ctx context.Context, o LatencyOptions, brokers []string, dir s
 	defer rd.close()
 	cpu0 := processCPU()
 	txn0 := w.txnCount()
+	w.req.start()
 	sent, prodTime, err := pace(ctx, brokers, input, recs, lv.Offered)
 	if err != nil {
 		return lv, err
@@ -295,6 +309,7 @@ func latencyLevel(ctx context.Context, o LatencyOptions, brokers []string, dir s
 	werr := testkit.WaitFor(ctx, prodTime/10+o.Drain, func() bool { return rd.count() >= int64(applied) || w.stopped() })
 	lv.CPU = processCPU() - cpu0
 	lv.Txns, lv.TxnP50, lv.TxnP99 = w.txnsSince(txn0)
+	lv.Requests = w.req.stats()
 	if err := w.close(); err != nil {
 		return lv, err
 	}
@@ -324,6 +339,8 @@ type worker struct {
 	once sync.Once
 	err  error
 
+	req *requestTimer
+
 	mu  sync.Mutex
 	lat []time.Duration
 }
@@ -336,11 +353,11 @@ func startWorker(ctx context.Context, o Options, brokers []string, input, name, 
 	if err != nil {
 		return nil, err
 	}
-	p, err := newProcessor(o, brokers, input, name, st, new(writeCounter))
+	w := &worker{st: st, dir: stateDir, done: make(chan error, 1), req: &requestTimer{}}
+	p, err := newProcessor(o, brokers, input, name, st, w.req)
 	if err != nil {
 		return nil, errors.Join(err, st.Close(), os.RemoveAll(stateDir))
 	}
-	w := &worker{st: st, dir: stateDir, done: make(chan error, 1)}
 	p.Stats().Observe(func(t processor.TxnObservation) {
 		if t.Result == "committed" {
 			w.mu.Lock()

@@ -2,10 +2,13 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/harness/workload"
+	"github.com/projector-dev/projector/projection"
 )
 
 // paceTick is how often the paced producer sends the records due by then:
@@ -83,13 +87,14 @@ type output struct {
 }
 
 // reader reads a projection topic read_committed from its start. Its
-// goroutine owns outs until done is closed.
+// goroutine owns outs and tombs until done is closed.
 type reader struct {
-	cl   *kgo.Client
-	n    atomic.Int64
-	outs []output
-	done chan struct{}
-	once sync.Once
+	cl    *kgo.Client
+	n     atomic.Int64
+	outs  []output
+	tombs map[string]int // aggregate → tombstones read
+	done  chan struct{}
+	once  sync.Once
 }
 
 func startReader(brokers []string, topic string) (*reader, error) {
@@ -98,7 +103,7 @@ func startReader(brokers []string, topic string) (*reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &reader{cl: cl, done: make(chan struct{})}
+	r := &reader{cl: cl, tombs: map[string]int{}, done: make(chan struct{})}
 	go r.loop()
 	return r, nil
 }
@@ -112,7 +117,7 @@ func (r *reader) loop() {
 		}
 		recv := time.Now().UnixNano()
 		fs.EachRecord(func(rec *kgo.Record) {
-			r.outs = append(r.outs, output{key: outputKey(rec), ts: rec.Timestamp.UnixMilli(), recv: recv})
+			r.outs = append(r.outs, output{key: r.outputKey(rec), ts: rec.Timestamp.UnixMilli(), recv: recv})
 		})
 		r.n.Add(int64(fs.NumRecords()))
 	}
@@ -131,12 +136,16 @@ func (r *reader) close() []output {
 var lastEventID = []byte(`,"lastEventId":"`)
 
 // outputKey is the key of the event a projection record is the output of:
-// its lastEventId, or, for a tombstone (which has no value), "closed:" and
-// the aggregate (its record key): the workload deletes an aggregate once
-// at most.
-func outputKey(rec *kgo.Record) string {
+// its lastEventId; a tombstone (no value) has none, so it is "closed:",
+// the aggregate (its record key) and its rank among the aggregate's
+// tombstones: an aggregate's records are read in version order (one
+// partition), and tombstoneKeys ranks the events that leave an aggregate
+// deleted the same way.
+func (r *reader) outputKey(rec *kgo.Record) string {
 	if rec.Value == nil {
-		return "closed:" + string(rec.Key)
+		agg := string(rec.Key)
+		r.tombs[agg]++
+		return tombstoneKey(agg, r.tombs[agg])
 	}
 	// The member follows the state, which is the workload's payloads: none
 	// has this name.
@@ -155,6 +164,8 @@ func outputKey(rec *kgo.Record) string {
 	return v.ID
 }
 
+func tombstoneKey(agg string, rank int) string { return "closed:" + agg + ":" + strconv.Itoa(rank) }
+
 // firstDelivery is what measure reads of a first delivery (KindEvent).
 type firstDelivery struct {
 	ID      string `json:"eventId"`
@@ -162,13 +173,38 @@ type firstDelivery struct {
 	Version int64  `json:"aggregateVersion"`
 }
 
-// key is outputKey's counterpart: the key of the projection record the
-// event makes; agg is its record key (the aggregate).
-func (e firstDelivery) key(agg []byte) string {
-	if e.Type == "CaseClosed" {
-		return "closed:" + string(agg)
+// outputKeys are the keys (reader.outputKey) of the outputs the first
+// deliveries of recs make, by record index: an event's id, or, for an
+// event that leaves its aggregate deleted (a delete, or an unlisted type
+// after one: the state stays deleted), tombstoneKey, ranked in version
+// order. Rules decide which types delete, merge or leave the state.
+func outputKeys(recs []workload.Record, evs []firstDelivery) []string {
+	byAgg := map[string][]int{}
+	for i, r := range recs {
+		if r.Kind == workload.KindEvent {
+			byAgg[string(r.Key)] = append(byAgg[string(r.Key)], i)
+		}
 	}
-	return e.ID
+	rules := Rules()
+	keys := make([]string, len(recs))
+	for agg, is := range byAgg {
+		slices.SortFunc(is, func(a, b int) int { return cmp.Compare(evs[a].Version, evs[b].Version) })
+		deleted, rank := false, 0
+		for _, i := range is {
+			switch rules[evs[i].Type] {
+			case projection.Delete:
+				deleted = true
+			case projection.Merge:
+				deleted = false
+			}
+			keys[i] = evs[i].ID
+			if deleted {
+				rank++
+				keys[i] = tombstoneKey(agg, rank)
+			}
+		}
+	}
+	return keys
 }
 
 // arrivals tells, for every first delivery of recs (in produce order),
@@ -207,19 +243,25 @@ func (l *LatencyLevel) measure(recs []workload.Record, sent []int64, outs []outp
 		i    int
 		held bool
 	}
+	evs := make([]firstDelivery, len(recs))
+	for i, r := range recs {
+		if r.Kind != workload.KindEvent {
+			continue
+		}
+		if err := json.Unmarshal(r.Value, &evs[i]); err != nil {
+			return fmt.Errorf("bench latency: record %d, a first delivery, does not decode: %w", i, err)
+		}
+	}
+	keys := outputKeys(recs, evs)
 	at := make(map[string]want, len(recs))
 	arr := arrivals{next: map[string]int64{}, held: map[string]map[int64]bool{}}
 	for i, r := range recs {
 		if r.Kind != workload.KindEvent {
 			continue
 		}
-		var e firstDelivery
-		if err := json.Unmarshal(r.Value, &e); err != nil {
-			return fmt.Errorf("bench latency: record %d, a first delivery, does not decode: %w", i, err)
-		}
-		held := arr.arrive(string(r.Key), e.Version)
+		held := arr.arrive(string(r.Key), evs[i].Version)
 		if sent[i] >= from {
-			at[e.key(r.Key)] = want{i, held}
+			at[keys[i]] = want{i, held}
 		}
 	}
 	l.Expected = len(at)

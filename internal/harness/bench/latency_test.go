@@ -3,9 +3,16 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/harness/workload"
 )
 
 // TestLatencyBenchSmall runs the latency benchmark at a small size, so that
@@ -56,4 +63,49 @@ func TestLatencyBenchSmall(t *testing.T) {
 		t.Fatalf("report:\n%s", out.String())
 	}
 	t.Log("\n" + out.String())
+}
+
+// TestOutputKeysTombstones: an unlisted type after a delete leaves the
+// aggregate deleted, so the processor writes another tombstone; the input
+// side ranks those events in version order (whatever the produce order)
+// as the reader ranks the tombstones it reads, so that each is matched with
+// its own event.
+func TestOutputKeysTombstones(t *testing.T) {
+	ev := func(v int, typ string) workload.Record {
+		return workload.Record{Key: []byte("A"), Kind: workload.KindEvent,
+			Value: fmt.Appendf(nil, `{"eventId":"A-%d","eventType":%q,"aggregateId":"A","aggregateVersion":%d}`, v, typ, v)}
+	}
+	// Produced out of order: version 3 before 2.
+	recs := []workload.Record{ev(1, "CaseOpened"), ev(3, "CaseNoted"), ev(2, "CaseClosed"), ev(4, "CaseNoted"),
+		ev(5, "CaseUpdated"), ev(6, "CaseNoted"), ev(7, "CaseClosed"),
+		{Key: []byte("A"), Kind: workload.KindDuplicate, Value: []byte(`{"eventId":"A-1"}`)}}
+	evs := make([]firstDelivery, len(recs))
+	for i, r := range recs {
+		if r.Kind == workload.KindEvent {
+			if err := json.Unmarshal(r.Value, &evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := outputKeys(recs, evs)
+	want := []string{"A-1", "closed:A:2", "closed:A:1", "closed:A:3", "A-5", "A-6", "closed:A:4", ""}
+	if !slices.Equal(got, want) {
+		t.Fatalf("input keys %q, want %q", got, want)
+	}
+	// The processor's outputs in version order: value, three tombstones,
+	// two values, a tombstone.
+	rd := &reader{tombs: map[string]int{}}
+	var read []string
+	for _, v := range []string{`{"version":1,"state":{},"lastEventId":"A-1","lastEventType":"CaseOpened"}`, "", "", "",
+		`{"version":5,"state":{"lastEventId":"x"},"lastEventId":"A-5","lastEventType":"CaseUpdated"}`,
+		`{"version":6,"state":{},"lastEventId":"A-6","lastEventType":"CaseNoted"}`, ""} {
+		rec := &kgo.Record{Key: []byte("A")}
+		if v != "" {
+			rec.Value = []byte(v)
+		}
+		read = append(read, rd.outputKey(rec))
+	}
+	if w := []string{"A-1", "closed:A:1", "closed:A:2", "closed:A:3", "A-5", "A-6", "closed:A:4"}; !slices.Equal(read, w) {
+		t.Fatalf("output keys %q, want %q", read, w)
+	}
 }

@@ -63,13 +63,13 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 
 // newProcessor builds the processor as the pipeline phase runs it: group
 // and transactional-id prefix name, live mode, one versioned projection
-// (to name + ".case-overview"); written counts the records it writes.
-func newProcessor(o Options, brokers []string, input, name string, st *processor.Store, written *writeCounter) (*processor.Processor, error) {
+// (to projectionTopic(name)); hooks are its clients' kgo hooks.
+func newProcessor(o Options, brokers []string, input, name string, st *processor.Store, hooks ...kgo.Hook) (*processor.Processor, error) {
 	return processor.New(processor.Config{
 		Session: processor.Session{
 			Name: name, InstanceID: "bench", Brokers: brokers, DeadLetterTopic: name + ".dlq",
 			Partitions: int32(o.Partitions), MaxRecordsPerTxn: o.Batch, Logger: o.Logger,
-			ClientOpts: []kgo.Opt{kgo.WithHooks(written)},
+			ClientOpts: []kgo.Opt{kgo.WithHooks(hooks...)},
 		},
 		Store:  st,
 		Inputs: []string{input}, EffectsTopic: name + ".effects",
