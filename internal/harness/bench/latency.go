@@ -25,6 +25,7 @@ package bench
 //     gaps) are reported apart: their latency is the input's wait.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -322,7 +323,7 @@ func latencyLevel(ctx context.Context, o LatencyOptions, brokers []string, dir s
 		return lv, err
 	}
 	if len(outs) > 0 {
-		last := slices.MaxFunc(outs, func(a, b output) int { return int(a.recv - b.recv) }).recv
+		last := slices.MaxFunc(outs, func(a, b output) int { return cmp.Compare(a.recv, b.recv) }).recv
 		lv.Elapsed = time.Unix(0, last).Sub(start)
 		lv.Achieved = float64(len(recs)) / lv.Elapsed.Seconds()
 	}
