@@ -12,6 +12,7 @@ import (
 const benchExample = `  projector bench
   projector bench ingress   (the HTTP ingress: see projector bench ingress --help)
   projector bench restore   (a fresh worker's restore: see projector bench restore --help)
+  projector bench latency   (end-to-end latency at 10/50/90% load: see projector bench latency --help)
   projector bench --runs 3
   projector bench --runs 3 --floor-records 2
   projector bench --events 20000 --aggregates 2000 --batch 1000`
@@ -24,6 +25,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(args) > 0 && args[0] == "restore" {
 		return runBenchRestore(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "latency" {
+		return runBenchLatency(ctx, args[1:], stdout, stderr)
 	}
 	o := bench.Defaults()
 	fs := newFlags("bench", benchExample).withLogLevel("warn", "processor")

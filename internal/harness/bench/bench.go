@@ -377,13 +377,8 @@ func setup(ctx context.Context, o Options, brokers []string, input string, res *
 			ev = o.Events - ev*(chunks-1)
 			ag = o.Aggregates - ag*(chunks-1)
 		}
-		wo := workload.Defaults()
-		wo.Seed = o.Seed + uint64(c)
-		wo.Events, wo.Aggregates = ev, max(ag, 1)
-		wo.Duplicates, wo.Reorder = o.Duplicates, o.Reorder
-		wo.LateGaps, wo.Stale, wo.Conflicts, wo.Invalid = max(o.LateGaps, 0), max(o.Stale, 0), max(o.Conflicts, 0), max(o.Invalid, 0)
 		t0 := time.Now()
-		recs, exp := workload.Generate(wo)
+		recs, exp := workload.Generate(o.workload(o.Seed+uint64(c), ev, ag))
 		if c > 0 {
 			renameChunk(recs, c)
 		}
@@ -403,6 +398,17 @@ func setup(ctx context.Context, o Options, brokers []string, input string, res *
 	}
 	res.Want["failed"] = 0
 	return nil
+}
+
+// workload is the generator's options for one chunk of ev events over ag
+// aggregates: the workload.Defaults mix with o's shares.
+func (o Options) workload(seed uint64, ev, ag int) workload.Options {
+	wo := workload.Defaults()
+	wo.Seed = seed
+	wo.Events, wo.Aggregates = ev, max(ag, 1)
+	wo.Duplicates, wo.Reorder = o.Duplicates, o.Reorder
+	wo.LateGaps, wo.Stale, wo.Conflicts, wo.Invalid = max(o.LateGaps, 0), max(o.Stale, 0), max(o.Conflicts, 0), max(o.Invalid, 0)
+	return wo
 }
 
 // renameChunk makes chunk c's aggregates and event ids disjoint from every

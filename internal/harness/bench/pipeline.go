@@ -27,22 +27,7 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 		return ph, nil, err
 	}
 	defer st.Close()
-	p, err := processor.New(processor.Config{
-		Session: processor.Session{
-			Name: name, InstanceID: "bench", Brokers: brokers, DeadLetterTopic: name + ".dlq",
-			Partitions: int32(o.Partitions), MaxRecordsPerTxn: o.Batch, Logger: o.Logger,
-			ClientOpts: []kgo.Opt{kgo.WithHooks(written)},
-		},
-		Store:  st,
-		Inputs: []string{input}, EffectsTopic: name + ".effects",
-
-		Projections: []*projection.Projection{{
-			Name: "case-overview", Topic: name + ".case-overview", Handler: Rules(), Versioned: true,
-			AggregateTypes: []string{"RegulatoryCase"},
-		}},
-		Dedup: dedup.NewStore(168 * time.Hour),
-		Mode:  processor.Live,
-	})
+	p, err := newProcessor(o, brokers, input, name, st, written)
 	if err != nil {
 		return ph, nil, err
 	}
@@ -75,6 +60,31 @@ func pipeline(ctx context.Context, o Options, brokers []string, input, name, sta
 	ph.Written = written.n.Load()
 	return ph, got, nil
 }
+
+// newProcessor builds the processor as the pipeline phase runs it: group
+// and transactional-id prefix name, live mode, one versioned projection
+// (to projectionTopic(name)); hooks are its clients' kgo hooks.
+func newProcessor(o Options, brokers []string, input, name string, st *processor.Store, hooks ...kgo.Hook) (*processor.Processor, error) {
+	return processor.New(processor.Config{
+		Session: processor.Session{
+			Name: name, InstanceID: "bench", Brokers: brokers, DeadLetterTopic: name + ".dlq",
+			Partitions: int32(o.Partitions), MaxRecordsPerTxn: o.Batch, Logger: o.Logger,
+			ClientOpts: []kgo.Opt{kgo.WithHooks(hooks...)},
+		},
+		Store:  st,
+		Inputs: []string{input}, EffectsTopic: name + ".effects",
+
+		Projections: []*projection.Projection{{
+			Name: "case-overview", Topic: projectionTopic(name), Handler: Rules(), Versioned: true,
+			AggregateTypes: []string{"RegulatoryCase"},
+		}},
+		Dedup: dedup.NewStore(168 * time.Hour),
+		Mode:  processor.Live,
+	})
+}
+
+// projectionTopic is the projection topic of the processor named name.
+func projectionTopic(name string) string { return name + ".case-overview" }
 
 // Rules are the projection rules of the tests and the demo.
 func Rules() projection.Rules {
