@@ -141,6 +141,13 @@ type Options struct {
 	// reads of them never written). For keys looked up often but whose
 	// values are large and read back rarely, such as held events. nil: none.
 	FilterOnly func(changelogKey []byte) bool
+	// NoWAL runs Pebble without its write-ahead log, for a store that is
+	// only a cache of changelogs: a commit reaches the memtable alone and is
+	// durable once Pebble flushes it (with the changelog positions in its
+	// batch, so the store on disk is always a prefix of the commits); a
+	// crash loses the unflushed ones, which the restore reads back from the
+	// changelog (docs/design.md#behind-kafka). Close flushes first.
+	NoWAL bool
 	// Now is the clock that stamps a task's changelog position with the
 	// time its state matched the changelog (ChangelogPosition); nil means
 	// time.Now. Tests pass an older clock to age a store.
@@ -163,10 +170,16 @@ type Store struct {
 	filterOnly func([]byte) bool
 	now        func() time.Time
 	broken     atomic.Bool // a fatal error was contained: Close must not touch Pebble
+	// commitOpts: pebble.Sync, or pebble.NoSync without a WAL (NoWAL).
+	commitOpts *pebble.WriteOptions
 }
 
 // Open opens (creating if needed) the store in dir.
-func Open(dir string, o Options) (*Store, error) {
+func Open(dir string, o Options) (*Store, error) { return openTuned(dir, o, nil) }
+
+// openTuned is Open; tune, if not nil, changes Pebble's options last (the
+// benchmarks that weigh Pebble's settings).
+func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error) {
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 64 << 20
 	}
@@ -183,11 +196,15 @@ func Open(dir string, o Options) (*Store, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       o.MemTableBytes,
 		Logger:             quietLogger{},
+		DisableWAL:         o.NoWAL,
 	}
 	// Dedup lookups are mostly misses (new events): bloom filters on every
 	// level let a miss skip the data blocks.
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	if tune != nil {
+		tune(opts)
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
@@ -197,6 +214,10 @@ func Open(dir string, o Options) (*Store, error) {
 		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	s.commitOpts = pebble.Sync
+	if o.NoWAL {
+		s.commitOpts = pebble.NoSync
 	}
 	go s.scanKeys()
 	return s, nil
@@ -247,7 +268,12 @@ func (s *Store) Close() error {
 		}()
 		return ErrFatal
 	}
-	err := s.db.Close()
+	var err error
+	if s.commitOpts == pebble.NoSync {
+		// Without a WAL the memtables are all that hold the latest commits.
+		err = s.db.Flush()
+	}
+	err = errors.Join(err, s.db.Close())
 	s.db = nil
 	return err
 }
@@ -390,7 +416,7 @@ func (s *Store) Reset(t Task) error {
 		return fmt.Errorf("state: reset %s: %w", t, err)
 	}
 	s.cache.clear()
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(s.commitOpts); err != nil {
 		return fmt.Errorf("state: reset %s: %w", t, err)
 	}
 	return nil
@@ -447,7 +473,7 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 		ok := offsetKey(t)
 		s.cache.committed([]committedWrite{{key: string(ok), valued: true, hash: keyHash(ok)}}, s.cached != nil)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(s.commitOpts); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}
 	return nil

@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 	"unsafe"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // Txn stages the writes of one Kafka transaction. It is owned by one goroutine.
@@ -239,7 +237,7 @@ func (t *Txn) write() (err error) {
 			return fmt.Errorf("state: commit: %w", err)
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(t.s.commitOpts); err != nil {
 		// Unknown what landed, and Pebble's WAL is suspect: refuse
 		// further writes (a later one could run into Pebble's panics on
 		// a failed log); the loop stops and a restart restores.
