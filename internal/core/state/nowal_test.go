@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -104,5 +106,131 @@ func TestNoWALCloseFlushes(t *testing.T) {
 	defer r.Close()
 	if next, err := r.ChangelogOffset(task); err != nil || next != 7 {
 		t.Fatalf("position after a clean close: %d (%v), want 7", next, err)
+	}
+}
+
+// TestNoWALFlushesPeriodically: without a WAL, a commit that finds the last
+// flush Options.FlushEvery ago starts one, so a crash afterwards loses
+// nothing committed before it; commits within the interval start none.
+func TestNoWALFlushesPeriodically(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	clock := time.Unix(1_000_000, 0)
+	s, err := Open("db", Options{FS: fs, NoWAL: true, FlushEvery: time.Second, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := Task{Topic: "in", Partition: 0}
+	commit := func(next int64) {
+		t.Helper()
+		txn := s.NewTxn()
+		txn.Set(append(task.Prefix(), fmt.Sprint(next)...), []byte("v"))
+		txn.SetChangelogOffset(task, next)
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(1)
+	clock = clock.Add(500 * time.Millisecond)
+	commit(2)
+	if s.flushDone != nil {
+		t.Fatal("a commit within FlushEvery of the last flush started one")
+	}
+	clock = clock.Add(600 * time.Millisecond)
+	commit(3) // 1.1 s after the open: flushes commits 1-3
+	if s.flushDone == nil {
+		t.Fatal("a commit FlushEvery after the last flush started none")
+	}
+	<-s.flushDone
+	commit(4) // in the memtable only
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	s.broken.Store(true)
+	_ = s.Close()
+	r, err := Open("db", Options{FS: crashed, NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if next, err := r.ChangelogOffset(task); err != nil || next != 3 {
+		t.Fatalf("after a crash the store reflects the changelog up to %d (%v), want 3: the periodic flush", next, err)
+	}
+}
+
+// TestNoWALCrashDuringFlush: a crash while Pebble flushes – when the flush
+// has created its table, and when it has installed it – with half of the
+// unsynced writes kept (a torn disk) leaves a prefix of the commits with the
+// position of that prefix: the commits of the last flush that completed, or
+// of the one under way, never a mix.
+func TestNoWALCrashDuringFlush(t *testing.T) {
+	for _, at := range []string{"table-created", "flush-end"} {
+		for seed := range uint64(5) {
+			t.Run(fmt.Sprintf("%s/%d", at, seed), func(t *testing.T) {
+				fs := vfs.NewCrashableMem()
+				var crashed *vfs.MemFS
+				var flushing bool
+				take := func() {
+					if flushing && crashed == nil {
+						crashed = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 7))})
+					}
+				}
+				s, err := openTuned("db", Options{FS: fs, NoWAL: true}, func(o *pebble.Options) {
+					o.EventListener = &pebble.EventListener{
+						TableCreated: func(pebble.TableCreateInfo) {
+							if at == "table-created" {
+								take()
+							}
+						},
+						FlushEnd: func(pebble.FlushInfo) {
+							if at == "flush-end" {
+								take()
+							}
+						},
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				task := Task{Topic: "in", Partition: 0}
+				key := func(i int) []byte { return append(task.Prefix(), fmt.Sprintf("mark-%02d", i)...) }
+				const commits, flushedAt = 40, 10
+				for i := 1; i <= commits; i++ {
+					txn := s.NewTxn()
+					txn.Set(key(i), []byte{1})
+					txn.Set(append(task.Prefix(), "agg"...), []byte(fmt.Sprint(i)))
+					txn.SetChangelogOffset(task, int64(i))
+					if err := txn.Commit(); err != nil {
+						t.Fatal(err)
+					}
+					if i == flushedAt || i == 30 {
+						flushing = i == 30 // the crash strikes the second flush
+						if err := s.db.Flush(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if crashed == nil {
+					t.Fatalf("the crash never struck (%s)", at)
+				}
+				s.broken.Store(true)
+				_ = s.Close()
+				r, err := Open("db", Options{FS: crashed, NoWAL: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				next, err := r.ChangelogOffset(task)
+				if err != nil || (next != flushedAt && next != 30) {
+					t.Fatalf("position after a crash during a flush: %d (%v), want %d or 30", next, err, flushedAt)
+				}
+				for i := 1; i <= commits; i++ {
+					if _, ok, err := r.Get(key(i)); err != nil || ok != (int64(i) <= next) {
+						t.Fatalf("commit %d's write present=%v (%v) at position %d", i, ok, err, next)
+					}
+				}
+				if v, ok, err := r.Get(append(task.Prefix(), "agg"...)); err != nil || !ok || string(v) != fmt.Sprint(next) {
+					t.Fatalf("agg = %q (%v, %v), want commit %d's", v, ok, err, next)
+				}
+				t.Logf("%s: the store came back at position %d", at, next)
+			})
+		}
 	}
 }

@@ -33,6 +33,7 @@
 package state
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -148,6 +149,11 @@ type Options struct {
 	// crash loses the unflushed ones, which the restore reads back from the
 	// changelog (docs/design.md#behind-kafka). Close flushes first.
 	NoWAL bool
+	// FlushEvery bounds, with NoWAL, how old the unflushed commits may get:
+	// a commit that finds the last flush this long ago starts one (in the
+	// background), so that a quiet store does not keep minutes of commits in
+	// its memtable for a restart to read back. 0 means 10 s.
+	FlushEvery time.Duration
 	// Now is the clock that stamps a task's changelog position with the
 	// time its state matched the changelog (ChangelogPosition); nil means
 	// time.Now. Tests pass an older clock to age a store.
@@ -172,6 +178,11 @@ type Store struct {
 	broken     atomic.Bool // a fatal error was contained: Close must not touch Pebble
 	// commitOpts: pebble.Sync, or pebble.NoSync without a WAL (NoWAL).
 	commitOpts *pebble.WriteOptions
+	// Without a WAL: flushEvery (Options.FlushEvery), and when the commit
+	// goroutine last started a flush (owned by it).
+	flushEvery time.Duration
+	lastFlush  time.Time
+	flushDone  <-chan struct{} // closes when the flush last started ends
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -218,6 +229,8 @@ func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error
 	s.commitOpts = pebble.Sync
 	if o.NoWAL {
 		s.commitOpts = pebble.NoSync
+		s.flushEvery = cmp.Or(o.FlushEvery, 10*time.Second)
+		s.lastFlush = s.now()
 	}
 	go s.scanKeys()
 	return s, nil

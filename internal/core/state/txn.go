@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unsafe"
 )
 
@@ -246,7 +247,21 @@ func (t *Txn) write() (err error) {
 		return fmt.Errorf("%w: state: commit: %w", ErrFatal, err)
 	}
 	t.s.cache.committed(ws, t.s.cached != nil)
+	t.s.maybeFlush(matched)
 	return nil
+}
+
+// maybeFlush starts a flush in the background when the store has no WAL and
+// its last one is Options.FlushEvery ago (now is the commit's time): the
+// commits since are on disk once it ends. A flush that cannot start is left
+// to the next commit (Pebble flushes a full memtable anyway).
+func (s *Store) maybeFlush(now time.Time) {
+	if s.flushEvery == 0 || now.Sub(s.lastFlush) < s.flushEvery {
+		return
+	}
+	if done, err := s.db.AsyncFlush(); err == nil {
+		s.lastFlush, s.flushDone = now, done
+	}
 }
 
 // Finish empties a written txn (nothing may read through it any more).
