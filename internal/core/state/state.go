@@ -182,7 +182,8 @@ type Store struct {
 	// goroutine last started a flush (owned by it).
 	flushEvery time.Duration
 	lastFlush  time.Time
-	flushDone  <-chan struct{} // closes when the flush last started ends
+	flushDone  <-chan struct{}       // closes when the flush last started ends
+	bgErr      atomic.Pointer[error] // the first background error without a WAL
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -214,6 +215,21 @@ func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	s := &Store{cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
+		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now, commitOpts: pebble.Sync}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if o.NoWAL {
+		s.commitOpts = pebble.NoSync
+		s.flushEvery = cmp.Or(o.FlushEvery, 10*time.Second)
+		s.lastFlush = s.now()
+		// Without a WAL a failed write surfaces in the background flush, not
+		// in the commit: Pebble retries the flush while commits pile up in
+		// memtables until they stall. Fail the store instead, as a failed
+		// WAL write does, so the next commit stops the loop.
+		opts.EventListener = &pebble.EventListener{BackgroundError: s.failBackground}
+	}
 	if tune != nil {
 		tune(opts)
 	}
@@ -221,19 +237,17 @@ func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
-		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now}
-	if s.now == nil {
-		s.now = time.Now
-	}
-	s.commitOpts = pebble.Sync
-	if o.NoWAL {
-		s.commitOpts = pebble.NoSync
-		s.flushEvery = cmp.Or(o.FlushEvery, 10*time.Second)
-		s.lastFlush = s.now()
-	}
+	s.db = db
 	go s.scanKeys()
 	return s, nil
+}
+
+// failBackground marks the store failed after a background flush or
+// compaction error of a store without a WAL (Options.NoWAL): its commits
+// then return ErrFatal with the cause.
+func (s *Store) failBackground(err error) {
+	s.bgErr.CompareAndSwap(nil, &err)
+	s.broken.Store(true)
 }
 
 // scanKeys adds every stored key to the key filter, then enables it. Keys

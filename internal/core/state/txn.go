@@ -196,6 +196,9 @@ func (t *Txn) write() (err error) {
 		return ErrClosed
 	}
 	if t.s.broken.Load() {
+		if e := t.s.bgErr.Load(); e != nil {
+			return fmt.Errorf("%w: state: a background flush failed: %w", ErrFatal, *e)
+		}
 		return ErrFatal
 	}
 	if len(t.writes) == 0 && len(t.offsets) == 0 {
