@@ -11,11 +11,13 @@
 //     leaves no trace.
 //   - read-your-writes: Txn.Get consults the staged overlay before Pebble, so
 //     two events of one aggregate in one transaction see each other.
-//   - atomic-task-commit: every commit is durable (pebble.Sync) and atomic per
-//     task: a task's state writes and the changelog offset they reflect land
-//     in one batch, so after a crash Pebble says exactly which changelog
-//     offset each task restores from (a transaction spanning tasks is
-//     several batches; see docs/decisions/004).
+//   - atomic-task-commit: every commit is atomic per task: a task's state
+//     writes and the changelog offset they reflect land in one batch, so
+//     after a crash Pebble says exactly which changelog offset each task
+//     restores from (a transaction spanning tasks is several batches; see
+//     docs/decisions/004). With a WAL every commit is synced; without one
+//     (Options.NoWAL, docs/decisions/016) a crash leaves a prefix of the
+//     commits, each batch whole, with its offset.
 //
 // Key layout. Keys owned by an input partition (a "task") start with the task
 // prefix: 't', uint16 topic length, topic, uint32 partition. What follows the
@@ -303,6 +305,17 @@ func (s *Store) Close() error {
 	err = errors.Join(err, s.db.Close())
 	s.db = nil
 	return err
+}
+
+// Abandon closes the store as a crash leaves it: without the flush Close
+// does first, so a store without a WAL (Options.NoWAL) loses the commits
+// its memtables held, as a killed process does. For tests that crash a
+// worker inside their own process.
+func (s *Store) Abandon() {
+	if s.db != nil {
+		s.broken.Store(true)
+		_ = s.Close() // ErrFatal: it was abandoned
+	}
 }
 
 // Get returns a copy of the value stored under key.
