@@ -213,9 +213,12 @@ func (c *Config) validate() error {
 }
 
 // storeOptions are the options of a processor's store, with a block cache of
-// cacheBytes (0: the store's default).
+// cacheBytes (0: the store's default). The store runs without Pebble's WAL:
+// it is a cache of the changelogs, and a crash leaves it a prefix of its
+// commits with their changelog position, from which the restore reads the
+// rest (docs/decisions/016).
 func storeOptions(cacheBytes int64) state.Options {
-	return state.Options{CacheBytes: cacheBytes, Cached: cached, FilterOnly: heldKey}
+	return state.Options{CacheBytes: cacheBytes, Cached: cached, FilterOnly: heldKey, NoWAL: true}
 }
 
 // heldKey selects the held events among the cached keys for the filter

@@ -88,7 +88,7 @@ func (e *env) supervise(within time.Duration, ready func() bool, next func(life 
 		if err == nil && (ready == nil || ready()) {
 			select {
 			case err := <-in.done: // it may have died right at the end
-				in.store.Close()
+				in.closeAfter(err)
 				if err != nil {
 					errs = append(errs, err)
 				}
@@ -102,7 +102,7 @@ func (e *env) supervise(within time.Duration, ready func() bool, next func(life 
 		}
 		select {
 		case err := <-in.done:
-			in.store.Close()
+			in.closeAfter(err)
 			if err == nil {
 				e.t.Fatalf("life %d: Run returned nil before the input was consumed", life)
 			}

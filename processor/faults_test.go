@@ -293,17 +293,21 @@ func TestFaultPoisonRecords(t *testing.T) {
 // nothing is lost.
 func TestFaultPebbleWriteError(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		seed uint64
-		err  error
-		ops  func(errorfs.Op) bool
+		name  string
+		seed  uint64
+		err   error
+		ops   func(errorfs.Op) bool
+		noWAL bool // the processor's store as it runs (no WAL: the flush fails)
 	}{
 		{"io-error-on-wal-sync", 701, errorfs.ErrInjected, func(op errorfs.Op) bool {
 			return op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData
-		}},
+		}, false},
 		{"disk-full", 702, syscall.ENOSPC, func(op errorfs.Op) bool {
 			return op.Kind.ReadOrWrite() == errorfs.OpIsWrite
-		}},
+		}, false},
+		{"disk-full-nowal", 703, syscall.ENOSPC, func(op errorfs.Op) bool {
+			return op.Kind.ReadOrWrite() == errorfs.OpIsWrite
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
@@ -324,8 +328,17 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					on.Store(false) // the operator freed the disk
 					return e.start(instOpts{maxRecs: 300})
 				}
-				in, err := e.startWith(instOpts{maxRecs: 300}, state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20},
-					func(_ *processor.Config, st *state.Store) { growMemtable(t, st) })
+				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20}, growMemtable
+				if tc.noWAL {
+					// No WAL to fail in a rotation; a flush every 200 ms meets
+					// the full disk soon after it fills.
+					so, grow = state.Options{FS: fs, CachedValues: -1, NoWAL: true, FlushEvery: 200 * time.Millisecond}, nil
+				}
+				in, err := e.startWith(instOpts{maxRecs: 300}, so, func(_ *processor.Config, st *state.Store) {
+					if grow != nil {
+						grow(t, st)
+					}
+				})
 				if err != nil {
 					t.Fatal(err)
 				}

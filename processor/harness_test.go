@@ -127,11 +127,23 @@ func (in *instance) stop(t testing.TB) error {
 	return err
 }
 
+// closeAfter closes the store of an instance whose Run returned err: after
+// a crash hook as a crash leaves it (state.Store.Abandon: the store runs
+// without a WAL, so the commits its memtables held are lost, as in a killed
+// process), otherwise cleanly.
+func (in *instance) closeAfter(err error) {
+	if isCrash(err) {
+		in.store.Abandon()
+		return
+	}
+	in.store.Close()
+}
+
 // wait waits for Run to return on its own (a crash hook) and closes the store.
 func (in *instance) wait(t testing.TB, within time.Duration) error {
 	select {
 	case err := <-in.done:
-		in.store.Close()
+		in.closeAfter(err)
 		return err
 	case <-time.After(within):
 		t.Fatalf("processor still running after %s", within)

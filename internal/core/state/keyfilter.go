@@ -69,7 +69,11 @@ func (l *filterLayer) add(h1, h2 uint64) {
 	for i := range uint64(probes) {
 		b := (h1 + i*h2) % l.m
 		mask := uint64(1) << (b % 64)
-		if l.bits[b/64].Or(mask)&mask == 0 {
+		w := &l.bits[b/64]
+		// A key added again (every commit of a hot aggregate) finds its
+		// bits set: a load leaves the cache line shared and costs a
+		// fraction of the read-modify-write (a CAS loop) that Or is.
+		if w.Load()&mask == 0 && w.Or(mask)&mask == 0 {
 			fresh = true
 		}
 	}

@@ -11,11 +11,13 @@
 //     leaves no trace.
 //   - read-your-writes: Txn.Get consults the staged overlay before Pebble, so
 //     two events of one aggregate in one transaction see each other.
-//   - atomic-task-commit: every commit is durable (pebble.Sync) and atomic per
-//     task: a task's state writes and the changelog offset they reflect land
-//     in one batch, so after a crash Pebble says exactly which changelog
-//     offset each task restores from (a transaction spanning tasks is
-//     several batches; see docs/decisions/004).
+//   - atomic-task-commit: every commit is atomic per task: a task's state
+//     writes and the changelog offset they reflect land in one batch, so
+//     after a crash Pebble says exactly which changelog offset each task
+//     restores from (a transaction spanning tasks is several batches; see
+//     docs/decisions/004). With a WAL every commit is synced; without one
+//     (Options.NoWAL, docs/decisions/016) a crash leaves a prefix of the
+//     commits, each batch whole, with its offset.
 //
 // Key layout. Keys owned by an input partition (a "task") start with the task
 // prefix: 't', uint16 topic length, topic, uint32 partition. What follows the
@@ -33,6 +35,7 @@
 package state
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -141,6 +144,18 @@ type Options struct {
 	// reads of them never written). For keys looked up often but whose
 	// values are large and read back rarely, such as held events. nil: none.
 	FilterOnly func(changelogKey []byte) bool
+	// NoWAL runs Pebble without its write-ahead log, for a store that is
+	// only a cache of changelogs: a commit reaches the memtable alone and is
+	// durable once Pebble flushes it (with the changelog positions in its
+	// batch, so the store on disk is always a prefix of the commits); a
+	// crash loses the unflushed ones, which the restore reads back from the
+	// changelog (docs/design.md#behind-kafka). Close flushes first.
+	NoWAL bool
+	// FlushEvery bounds, with NoWAL, how old the unflushed commits may get:
+	// a commit that finds the last flush this long ago starts one (in the
+	// background), so that a quiet store does not keep minutes of commits in
+	// its memtable for a restart to read back. 0 means 10 s.
+	FlushEvery time.Duration
 	// Now is the clock that stamps a task's changelog position with the
 	// time its state matched the changelog (ChangelogPosition); nil means
 	// time.Now. Tests pass an older clock to age a store.
@@ -163,10 +178,22 @@ type Store struct {
 	filterOnly func([]byte) bool
 	now        func() time.Time
 	broken     atomic.Bool // a fatal error was contained: Close must not touch Pebble
+	// commitOpts: pebble.Sync, or pebble.NoSync without a WAL (NoWAL).
+	commitOpts *pebble.WriteOptions
+	// Without a WAL: flushEvery (Options.FlushEvery), and when the commit
+	// goroutine last started a flush (owned by it).
+	flushEvery time.Duration
+	lastFlush  time.Time
+	flushDone  <-chan struct{}       // closes when the flush last started ends
+	bgErr      atomic.Pointer[error] // the first background error without a WAL
 }
 
 // Open opens (creating if needed) the store in dir.
-func Open(dir string, o Options) (*Store, error) {
+func Open(dir string, o Options) (*Store, error) { return openTuned(dir, o, nil) }
+
+// openTuned is Open; tune, if not nil, changes Pebble's options last (the
+// benchmarks that weigh Pebble's settings).
+func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error) {
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 64 << 20
 	}
@@ -183,23 +210,46 @@ func Open(dir string, o Options) (*Store, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       o.MemTableBytes,
 		Logger:             quietLogger{},
+		DisableWAL:         o.NoWAL,
 	}
 	// Dedup lookups are mostly misses (new events): bloom filters on every
 	// level let a miss skip the data blocks.
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	s := &Store{cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
+		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now, commitOpts: pebble.Sync}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if o.NoWAL {
+		s.commitOpts = pebble.NoSync
+		s.flushEvery = cmp.Or(o.FlushEvery, 10*time.Second)
+		s.lastFlush = s.now()
+		// Without a WAL a failed write surfaces in the background flush, not
+		// in the commit: Pebble retries the flush while commits pile up in
+		// memtables until they stall. Fail the store instead, as a failed
+		// WAL write does, so the next commit stops the loop.
+		opts.EventListener = &pebble.EventListener{BackgroundError: s.failBackground}
+	}
+	if tune != nil {
+		tune(opts)
+	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
-		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now}
-	if s.now == nil {
-		s.now = time.Now
-	}
+	s.db = db
 	go s.scanKeys()
 	return s, nil
+}
+
+// failBackground marks the store failed after a background flush or
+// compaction error of a store without a WAL (Options.NoWAL): its commits
+// then return ErrFatal with the cause.
+func (s *Store) failBackground(err error) {
+	s.bgErr.CompareAndSwap(nil, &err)
+	s.broken.Store(true)
 }
 
 // scanKeys adds every stored key to the key filter, then enables it. Keys
@@ -247,9 +297,25 @@ func (s *Store) Close() error {
 		}()
 		return ErrFatal
 	}
-	err := s.db.Close()
+	var err error
+	if s.commitOpts == pebble.NoSync {
+		// Without a WAL the memtables are all that hold the latest commits.
+		err = s.db.Flush()
+	}
+	err = errors.Join(err, s.db.Close())
 	s.db = nil
 	return err
+}
+
+// Abandon closes the store as a crash leaves it: without the flush Close
+// does first, so a store without a WAL (Options.NoWAL) loses the commits
+// its memtables held, as a killed process does. For tests that crash a
+// worker inside their own process.
+func (s *Store) Abandon() {
+	if s.db != nil {
+		s.broken.Store(true)
+		_ = s.Close() // ErrFatal: it was abandoned
+	}
 }
 
 // Get returns a copy of the value stored under key.
@@ -390,7 +456,7 @@ func (s *Store) Reset(t Task) error {
 		return fmt.Errorf("state: reset %s: %w", t, err)
 	}
 	s.cache.clear()
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(s.commitOpts); err != nil {
 		return fmt.Errorf("state: reset %s: %w", t, err)
 	}
 	return nil
@@ -447,7 +513,7 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 		ok := offsetKey(t)
 		s.cache.committed([]committedWrite{{key: string(ok), valued: true, hash: keyHash(ok)}}, s.cached != nil)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(s.commitOpts); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}
 	return nil

@@ -5,9 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unsafe"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // Txn stages the writes of one Kafka transaction. It is owned by one goroutine.
@@ -197,6 +196,9 @@ func (t *Txn) write() (err error) {
 		return ErrClosed
 	}
 	if t.s.broken.Load() {
+		if e := t.s.bgErr.Load(); e != nil {
+			return fmt.Errorf("%w: state: a background flush failed: %w", ErrFatal, *e)
+		}
 		return ErrFatal
 	}
 	if len(t.writes) == 0 && len(t.offsets) == 0 {
@@ -239,7 +241,7 @@ func (t *Txn) write() (err error) {
 			return fmt.Errorf("state: commit: %w", err)
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(t.s.commitOpts); err != nil {
 		// Unknown what landed, and Pebble's WAL is suspect: refuse
 		// further writes (a later one could run into Pebble's panics on
 		// a failed log); the loop stops and a restart restores.
@@ -248,7 +250,21 @@ func (t *Txn) write() (err error) {
 		return fmt.Errorf("%w: state: commit: %w", ErrFatal, err)
 	}
 	t.s.cache.committed(ws, t.s.cached != nil)
+	t.s.maybeFlush(matched)
 	return nil
+}
+
+// maybeFlush starts a flush in the background when the store has no WAL and
+// its last one is Options.FlushEvery ago (now is the commit's time): the
+// commits since are on disk once it ends. A flush that cannot start is left
+// to the next commit (Pebble flushes a full memtable anyway).
+func (s *Store) maybeFlush(now time.Time) {
+	if s.flushEvery == 0 || now.Sub(s.lastFlush) < s.flushEvery {
+		return
+	}
+	if done, err := s.db.AsyncFlush(); err == nil {
+		s.lastFlush, s.flushDone = now, done
+	}
 }
 
 // Finish empties a written txn (nothing may read through it any more).

@@ -12,10 +12,10 @@ const benchTxnSize = 5000
 // benchKeys returns an event's two staged keys, like the processor's: a dedup
 // entry and the aggregate record, below the task prefix.
 func benchKeys(prefix []byte, n int) (dedupKey, aggKey []byte) {
+	// dedup.Kind, then the 16-byte id, a hash (dedup.MakeID).
 	dedupKey = append(append([]byte(nil), prefix...), 'd')
-	dedupKey = binary.BigEndian.AppendUint64(dedupKey, 2_400_000)
-	dedupKey = binary.BigEndian.AppendUint64(dedupKey, uint64(n))
-	dedupKey = binary.BigEndian.AppendUint64(dedupKey, uint64(n)*0x9e3779b97f4a7c15)
+	dedupKey = binary.BigEndian.AppendUint64(dedupKey, uint64(n+1)*0x9e3779b97f4a7c15)
+	dedupKey = binary.BigEndian.AppendUint64(dedupKey, uint64(n+1)*0xbf58476d1ce4e5b9)
 	aggKey = append(append([]byte(nil), prefix...), 'a', 13)
 	aggKey = append(aggKey, "case-overview"...)
 	aggKey = binary.BigEndian.AppendUint64(aggKey, uint64(n%10_000))

@@ -1,0 +1,8 @@
+package state
+
+import "github.com/cockroachdb/pebble/v2"
+
+// OpenTuned is Open with tune applied to Pebble's options last.
+func OpenTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error) {
+	return openTuned(dir, o, tune)
+}

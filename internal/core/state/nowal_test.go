@@ -1,0 +1,236 @@
+package state
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestNoWALCrashLeavesAPrefix is the crash-safety of a store without a WAL
+// (Options.NoWAL): what a crash leaves on disk is a prefix of the commits –
+// the state of every commit up to the changelog position it records and
+// nothing after – whatever share of the unsynced writes the disk kept, so
+// the restore from that position (docs/design.md#behind-kafka) rebuilds the
+// rest. With the WAL, every commit survives (the control).
+func TestNoWALCrashLeavesAPrefix(t *testing.T) {
+	const commits, flushedAt = 50, 20
+	for _, tc := range []struct {
+		name     string
+		noWAL    bool
+		unsynced int // the share of unsynced writes the crash keeps, %
+		want     int64
+	}{
+		{"wal", false, 0, commits},
+		{"nowal", true, 0, flushedAt},
+		{"nowal-torn", true, 50, flushedAt},
+		{"nowal-all-unsynced-kept", true, 100, flushedAt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			s, err := Open("db", Options{FS: fs, NoWAL: tc.noWAL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			task := Task{Topic: "in", Partition: 0}
+			key := func(s string) []byte { return append(task.Prefix(), s...) }
+			for i := 1; i <= commits; i++ {
+				txn := s.NewTxn()
+				txn.Set(key(fmt.Sprintf("mark-%02d", i)), []byte{1})
+				txn.Set(key("agg"), []byte(fmt.Sprint(i)))
+				txn.SetChangelogOffset(task, int64(i))
+				if err := txn.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if i == flushedAt {
+					if err := s.db.Flush(); err != nil { // as Pebble does when a memtable fills
+						t.Fatal(err)
+					}
+				}
+			}
+			crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: tc.unsynced, RNG: rand.New(rand.NewPCG(1, 2))})
+			s.broken.Store(true) // the process is gone: Close must not flush
+			_ = s.Close()
+
+			r, err := Open("db", Options{FS: crashed, NoWAL: tc.noWAL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			next, err := r.ChangelogOffset(task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next != tc.want {
+				t.Fatalf("after the crash the store says it reflects the changelog up to %d, want %d", next, tc.want)
+			}
+			// Exactly the commits up to next: none lost, none from after.
+			for i := 1; i <= commits; i++ {
+				_, ok, err := r.Get(key(fmt.Sprintf("mark-%02d", i)))
+				if err != nil || ok != (int64(i) <= next) {
+					t.Fatalf("commit %d's write present=%v (%v), position %d", i, ok, err, next)
+				}
+			}
+			if v, ok, err := r.Get(key("agg")); err != nil || !ok || string(v) != fmt.Sprint(next) {
+				t.Fatalf("agg = %q (%v, %v), want the value of commit %d", v, ok, err, next)
+			}
+		})
+	}
+}
+
+// TestNoWALCloseFlushes: a store without a WAL keeps every commit across a
+// clean Close, which flushes the memtables first.
+func TestNoWALCloseFlushes(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := Open("db", Options{FS: fs, NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := Task{Topic: "in", Partition: 3}
+	txn := s.NewTxn()
+	txn.Set(append(task.Prefix(), 'k'), []byte("v"))
+	txn.SetChangelogOffset(task, 7)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open("db", Options{FS: fs, NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if next, err := r.ChangelogOffset(task); err != nil || next != 7 {
+		t.Fatalf("position after a clean close: %d (%v), want 7", next, err)
+	}
+}
+
+// TestNoWALFlushesPeriodically: without a WAL, a commit that finds the last
+// flush Options.FlushEvery ago starts one, so a crash afterwards loses
+// nothing committed before it; commits within the interval start none.
+func TestNoWALFlushesPeriodically(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	clock := time.Unix(1_000_000, 0)
+	s, err := Open("db", Options{FS: fs, NoWAL: true, FlushEvery: time.Second, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := Task{Topic: "in", Partition: 0}
+	commit := func(next int64) {
+		t.Helper()
+		txn := s.NewTxn()
+		txn.Set(append(task.Prefix(), fmt.Sprint(next)...), []byte("v"))
+		txn.SetChangelogOffset(task, next)
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(1)
+	clock = clock.Add(500 * time.Millisecond)
+	commit(2)
+	if s.flushDone != nil {
+		t.Fatal("a commit within FlushEvery of the last flush started one")
+	}
+	clock = clock.Add(600 * time.Millisecond)
+	commit(3) // 1.1 s after the open: flushes commits 1-3
+	if s.flushDone == nil {
+		t.Fatal("a commit FlushEvery after the last flush started none")
+	}
+	<-s.flushDone
+	commit(4) // in the memtable only
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	s.broken.Store(true)
+	_ = s.Close()
+	r, err := Open("db", Options{FS: crashed, NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if next, err := r.ChangelogOffset(task); err != nil || next != 3 {
+		t.Fatalf("after a crash the store reflects the changelog up to %d (%v), want 3: the periodic flush", next, err)
+	}
+}
+
+// TestNoWALCrashDuringFlush: a crash while Pebble flushes – when the flush
+// has created its table, and when it has installed it – with half of the
+// unsynced writes kept (a torn disk) leaves a prefix of the commits with the
+// position of that prefix: the commits of the last flush that completed, or
+// of the one under way, never a mix.
+func TestNoWALCrashDuringFlush(t *testing.T) {
+	for _, at := range []string{"table-created", "flush-end"} {
+		for seed := range uint64(5) {
+			t.Run(fmt.Sprintf("%s/%d", at, seed), func(t *testing.T) {
+				fs := vfs.NewCrashableMem()
+				var crashed *vfs.MemFS
+				var flushing bool
+				take := func() {
+					if flushing && crashed == nil {
+						crashed = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 7))})
+					}
+				}
+				s, err := openTuned("db", Options{FS: fs, NoWAL: true}, func(o *pebble.Options) {
+					o.EventListener = &pebble.EventListener{
+						TableCreated: func(pebble.TableCreateInfo) {
+							if at == "table-created" {
+								take()
+							}
+						},
+						FlushEnd: func(pebble.FlushInfo) {
+							if at == "flush-end" {
+								take()
+							}
+						},
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				task := Task{Topic: "in", Partition: 0}
+				key := func(i int) []byte { return append(task.Prefix(), fmt.Sprintf("mark-%02d", i)...) }
+				const commits, flushedAt = 40, 10
+				for i := 1; i <= commits; i++ {
+					txn := s.NewTxn()
+					txn.Set(key(i), []byte{1})
+					txn.Set(append(task.Prefix(), "agg"...), []byte(fmt.Sprint(i)))
+					txn.SetChangelogOffset(task, int64(i))
+					if err := txn.Commit(); err != nil {
+						t.Fatal(err)
+					}
+					if i == flushedAt || i == 30 {
+						flushing = i == 30 // the crash strikes the second flush
+						if err := s.db.Flush(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if crashed == nil {
+					t.Fatalf("the crash never struck (%s)", at)
+				}
+				s.broken.Store(true)
+				_ = s.Close()
+				r, err := Open("db", Options{FS: crashed, NoWAL: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				next, err := r.ChangelogOffset(task)
+				if err != nil || (next != flushedAt && next != 30) {
+					t.Fatalf("position after a crash during a flush: %d (%v), want %d or 30", next, err, flushedAt)
+				}
+				for i := 1; i <= commits; i++ {
+					if _, ok, err := r.Get(key(i)); err != nil || ok != (int64(i) <= next) {
+						t.Fatalf("commit %d's write present=%v (%v) at position %d", i, ok, err, next)
+					}
+				}
+				if v, ok, err := r.Get(append(task.Prefix(), "agg"...)); err != nil || !ok || string(v) != fmt.Sprint(next) {
+					t.Fatalf("agg = %q (%v, %v), want commit %d's", v, ok, err, next)
+				}
+				t.Logf("%s: the store came back at position %d", at, next)
+			})
+		}
+	}
+}

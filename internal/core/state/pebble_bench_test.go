@@ -1,0 +1,126 @@
+package state_test
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+
+	"github.com/projector-dev/projector/internal/core/state"
+)
+
+// BenchmarkPebbleSettings weighs Pebble's settings on the processor's write
+// pattern in steady state: per event a write-once dedup mark under a random
+// key and an aggregate overwrite (of 100k aggregates, uniformly), committed
+// every 5000 events – long enough (PROJECTOR_BENCH_EVENTS, default 1M; a
+// benchmark iteration is the whole run) for flushes and compactions to take
+// their share. It reports the process's CPU time per event (getrusage:
+// Pebble's background flushes and compactions included), which a shared
+// machine disturbs less than wall time, and the bytes on disk per event.
+//
+//	PROJECTOR_BENCH_EVENTS=2000000 go test -run '^$' -bench PebbleSettings -benchtime 1x ./internal/core/state
+func BenchmarkPebbleSettings(b *testing.B) {
+	events := 1_000_000
+	if s := os.Getenv("PROJECTOR_BENCH_EVENTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("PROJECTOR_BENCH_EVENTS=%q: want a positive count", s)
+		}
+		events = n
+	}
+	if testing.Short() {
+		events = 20_000
+	}
+	for _, v := range []struct {
+		name  string
+		noWAL bool
+		tune  func(*pebble.Options)
+	}{
+		{"today", false, nil},
+		{"nowal", true, nil},
+		{"memtable64", false, func(o *pebble.Options) { o.MemTableSize = 64 << 20 }},
+		{"memtable1", false, func(o *pebble.Options) { o.MemTableSize = 1 << 20 }},
+		{"memtable4", false, func(o *pebble.Options) { o.MemTableSize = 4 << 20 }},
+		{"l0threshold8", false, func(o *pebble.Options) { o.L0CompactionThreshold = 8 }},
+		{"nocompress-upper", false, func(o *pebble.Options) {
+			for i := range 4 {
+				o.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+			}
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			for b.Loop() {
+				cpu, disk := steadyWrites(b, events, v.noWAL, v.tune)
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(events), "cpu-ns/event")
+				b.ReportMetric(float64(disk)/float64(events), "disk-B/event")
+			}
+		})
+	}
+}
+
+// steadyWrites runs the write pattern into a fresh store and returns the
+// CPU time it took (Close's flush included) and the store's bytes on disk.
+func steadyWrites(b *testing.B, events int, noWAL bool, tune func(*pebble.Options)) (time.Duration, int64) {
+	dir := b.TempDir()
+	st, err := state.OpenTuned(dir, state.Options{NoWAL: noWAL}, tune)
+	if err != nil {
+		b.Fatal(err)
+	}
+	task := state.Task{Topic: "case-events"}
+	prefix := task.Prefix()
+	rng := rand.New(rand.NewPCG(1, 2))
+	mark := make([]byte, 40)
+	start := cpuTime()
+	txn := st.NewTxn()
+	for n := 1; n <= events; n++ {
+		dk := append(append(make([]byte, 0, 64), prefix...), 'd')
+		dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
+		dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
+		dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
+		dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
+		_, ak := benchKeys(prefix, rng.IntN(100_000))
+		txn.Set(dk, mark)
+		txn.Set(ak, benchAgg)
+		if n%benchTxnSize == 0 || n == events {
+			txn.SetChangelogOffset(task, int64(n))
+			if err := txn.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			txn = st.NewTxn()
+		}
+	}
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return cpuTime() - start, dirBytes(b, dir)
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// dirBytes sums the sizes of the files in dir.
+func dirBytes(b *testing.B, dir string) int64 {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, e := range es {
+		if fi, err := e.Info(); err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
