@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/projector-dev/projector/internal/harness/bench"
@@ -62,16 +63,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := positive(fs, "events", "aggregates", "partitions", "batch", "runs", "floor-records", "chunk"); err != nil {
 		return err
 	}
-	if err := o.Validate(); err != nil {
-		return usageError{"bench: " + err.Error()}
-	}
-	log, err := fs.common.logger(stderr)
-	if err != nil {
+	var err error
+	if o.Logger, o.Progress, err = benchOutputs(fs, "bench", o.Validate, *quiet, stderr); err != nil {
 		return err
-	}
-	o.Logger = log
-	if !*quiet {
-		o.Progress = stderr
 	}
 	res, err := bench.Execute(ctx, o)
 	if err != nil {
@@ -79,6 +73,23 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	res.Print(stdout)
 	return res.Err()
+}
+
+// benchOutputs is what every bench mode does between its flags and its run:
+// the options' check (validate, an error named for mode is a usage error),
+// the processor's logger, and the progress lines unless quiet.
+func benchOutputs(fs *cmdFlags, mode string, validate func() error, quiet bool, stderr io.Writer) (*slog.Logger, io.Writer, error) {
+	if err := validate(); err != nil {
+		return nil, nil, usageError{mode + ": " + err.Error()}
+	}
+	log, err := fs.common.logger(stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if quiet {
+		return log, nil, nil
+	}
+	return log, stderr, nil
 }
 
 // positive checks that the named int flags are > 0.
@@ -164,16 +175,9 @@ func runBenchRestore(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := positive(fs, "partitions", "runs", "chunk"); err != nil {
 		return err
 	}
-	if err := o.Validate(); err != nil {
-		return usageError{"bench restore: " + err.Error()}
-	}
-	log, err := fs.common.logger(stderr)
-	if err != nil {
+	var err error
+	if o.Logger, o.Progress, err = benchOutputs(fs, "bench restore", o.Validate, *quiet, stderr); err != nil {
 		return err
-	}
-	o.Logger = log
-	if !*quiet {
-		o.Progress = stderr
 	}
 	res, err := bench.Restore(ctx, o)
 	if err != nil {

@@ -39,16 +39,9 @@ func runBenchLatency(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := positive(fs, "events", "aggregates", "partitions", "batch", "runs", "chunk"); err != nil {
 		return err
 	}
-	if err := o.Validate(); err != nil {
-		return usageError{"bench latency: " + err.Error()}
-	}
-	log, err := fs.common.logger(stderr)
-	if err != nil {
+	var err error
+	if o.Logger, o.Progress, err = benchOutputs(fs, "bench latency", o.Validate, *quiet, stderr); err != nil {
 		return err
-	}
-	o.Logger = log
-	if !*quiet {
-		o.Progress = stderr
 	}
 	res, err := bench.Latency(ctx, o)
 	if err != nil {
