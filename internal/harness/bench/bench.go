@@ -431,6 +431,22 @@ func renameChunk(recs []workload.Record, c int) {
 
 // workDir is dir, or, when dir is "", a new temporary directory named after
 // pattern that cleanup removes (cleanup leaves a given dir alone).
+// workBroker is workDir with the embedded broker started in it (its log
+// under broker/, partitions per topic by default, on a free loopback
+// port); stop closes the broker, then cleans the directory up.
+func workBroker(dir, pattern string, partitions int) (_ string, _ *broker.Embedded, stop func(), _ error) {
+	dir, cleanup, err := workDir(dir, pattern)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	b, err := broker.Start(broker.Options{Dir: filepath.Join(dir, "broker"), Listen: "127.0.0.1:0", Partitions: partitions})
+	if err != nil {
+		cleanup()
+		return "", nil, nil, err
+	}
+	return dir, b, func() { b.Close(); cleanup() }, nil
+}
+
 func workDir(dir, pattern string) (_ string, cleanup func(), _ error) {
 	if dir != "" {
 		return dir, func() {}, nil

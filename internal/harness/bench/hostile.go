@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 )
@@ -75,16 +74,11 @@ func Hostile(ctx context.Context, o HostileOptions) ([]HostileRate, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	dir, cleanup, err := workDir(o.Dir, "projector-hostile-")
+	dir, b, stop, err := workBroker(o.Dir, "projector-hostile-", o.Partitions)
 	if err != nil {
 		return nil, err
 	}
-	defer cleanup()
-	b, err := broker.Start(broker.Options{Dir: filepath.Join(dir, "broker"), Listen: "127.0.0.1:0", Partitions: o.Partitions})
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
+	defer stop()
 	brokers := []string{b.Addr()}
 	bo := Defaults()
 	bo.Partitions, bo.Batch = o.Partitions, o.Batch

@@ -17,7 +17,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
 	"github.com/projector-dev/projector/internal/harness/testkit"
@@ -163,16 +162,11 @@ func Ingress(ctx context.Context, o IngressOptions) (*IngressResult, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	dir, cleanup, err := workDir(o.Dir, "projector-bench-ingress-")
+	dir, b, stop, err := workBroker(o.Dir, "projector-bench-ingress-", o.Partitions)
 	if err != nil {
 		return nil, err
 	}
-	defer cleanup()
-	b, err := broker.Start(broker.Options{Dir: filepath.Join(dir, "broker"), Listen: "127.0.0.1:0", Partitions: o.Partitions})
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
+	defer stop()
 	if err := testkit.CreateTopic(ctx, []string{b.Addr()}, "bench-events", int32(o.Partitions)); err != nil {
 		return nil, err
 	}

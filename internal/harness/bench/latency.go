@@ -37,7 +37,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
@@ -192,16 +191,11 @@ func Latency(ctx context.Context, o LatencyOptions) (*LatencyResult, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("bench latency: %w", err)
 	}
-	dir, cleanup, err := workDir(o.Dir, "projector-bench-latency-")
+	dir, b, stop, err := workBroker(o.Dir, "projector-bench-latency-", o.Partitions)
 	if err != nil {
 		return nil, err
 	}
-	defer cleanup()
-	b, err := broker.Start(broker.Options{Dir: filepath.Join(dir, "broker"), Listen: "127.0.0.1:0", Partitions: o.Partitions})
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
+	defer stop()
 	brokers := []string{b.Addr()}
 	res := &LatencyResult{Options: o, MaxRate: o.Rate}
 	if o.Rate == 0 {
