@@ -52,18 +52,8 @@ func TestNoWALCrashLeavesAPrefix(t *testing.T) {
 				}
 			}
 			crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: tc.unsynced, RNG: rand.New(rand.NewPCG(1, 2))})
-			s.broken.Store(true) // the process is gone: Close must not flush
-			_ = s.Close()
-
-			r, err := Open("db", Options{FS: crashed, NoWAL: tc.noWAL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			next, err := r.ChangelogOffset(task)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := reopenCrashed(t, s, crashed, tc.noWAL)
+			next := position(t, r, task)
 			if next != tc.want {
 				t.Fatalf("after the crash the store says it reflects the changelog up to %d, want %d", next, tc.want)
 			}
@@ -142,16 +132,9 @@ func TestNoWALFlushesPeriodically(t *testing.T) {
 	}
 	<-s.flushDone
 	commit(4) // in the memtable only
-	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
-	s.broken.Store(true)
-	_ = s.Close()
-	r, err := Open("db", Options{FS: crashed, NoWAL: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if next, err := r.ChangelogOffset(task); err != nil || next != 3 {
-		t.Fatalf("after a crash the store reflects the changelog up to %d (%v), want 3: the periodic flush", next, err)
+	r := reopenCrashed(t, s, fs.CrashClone(vfs.CrashCloneCfg{}), true)
+	if next := position(t, r, task); next != 3 {
+		t.Fatalf("after a crash the store reflects the changelog up to %d, want 3: the periodic flush", next)
 	}
 }
 
@@ -210,16 +193,10 @@ func TestNoWALCrashDuringFlush(t *testing.T) {
 				if crashed == nil {
 					t.Fatalf("the crash never struck (%s)", at)
 				}
-				s.broken.Store(true)
-				_ = s.Close()
-				r, err := Open("db", Options{FS: crashed, NoWAL: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer r.Close()
-				next, err := r.ChangelogOffset(task)
-				if err != nil || (next != flushedAt && next != 30) {
-					t.Fatalf("position after a crash during a flush: %d (%v), want %d or 30", next, err, flushedAt)
+				r := reopenCrashed(t, s, crashed, true)
+				next := position(t, r, task)
+				if next != flushedAt && next != 30 {
+					t.Fatalf("position after a crash during a flush: %d, want %d or 30", next, flushedAt)
 				}
 				for i := 1; i <= commits; i++ {
 					if _, ok, err := r.Get(key(i)); err != nil || ok != (int64(i) <= next) {
@@ -233,4 +210,28 @@ func TestNoWALCrashDuringFlush(t *testing.T) {
 			})
 		}
 	}
+}
+
+// reopenCrashed drops s as a crashed process leaves it (no flush: Close of a
+// broken store) and opens the store on crashed, the disk the crash left (a
+// CrashClone of s's filesystem); the test closes it.
+func reopenCrashed(t *testing.T, s *Store, crashed vfs.FS, noWAL bool) *Store {
+	t.Helper()
+	s.Abandon()
+	r, err := Open("db", Options{FS: crashed, NoWAL: noWAL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// position is the changelog offset the store says task reflects.
+func position(t *testing.T, s *Store, task Task) int64 {
+	t.Helper()
+	next, err := s.ChangelogOffset(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next
 }
