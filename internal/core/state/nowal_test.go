@@ -1,8 +1,10 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,4 +236,30 @@ func position(t *testing.T, s *Store, task Task) int64 {
 		t.Fatal(err)
 	}
 	return next
+}
+
+// TestNoWALBackgroundErrorStopsEveryWrite: once a background flush failed,
+// a store without a WAL refuses every write path – a commit, a restore, a
+// reset – with ErrFatal naming the cause, so that neither the loop nor a
+// restore keeps filling memtables that will never flush.
+func TestNoWALBackgroundErrorStopsEveryWrite(t *testing.T) {
+	s, err := Open("db", Options{FS: vfs.NewMem(), NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	task := Task{Topic: "in", Partition: 0}
+	s.failBackground(errors.New("creating object 000007: no space left on device"))
+	txn := s.NewTxn()
+	txn.Set(append(task.Prefix(), 'k'), []byte("v"))
+	txn.SetChangelogOffset(task, 1)
+	for what, err := range map[string]error{
+		"commit":  txn.Commit(),
+		"restore": s.Restore(task, []Record{{Key: []byte("k"), Value: []byte("v")}}, 1),
+		"reset":   s.Reset(task),
+	} {
+		if !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), "no space left on device") {
+			t.Errorf("%s after a failed background flush: %v, want ErrFatal naming the cause", what, err)
+		}
+	}
 }

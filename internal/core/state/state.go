@@ -244,6 +244,23 @@ func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error
 	return s, nil
 }
 
+// writable is nil when the store takes writes: every write path (a commit,
+// a restore, a reset) asks it first, so a store that failed – a WAL write,
+// or without a WAL a background flush – refuses them all alike, rather than
+// fill memtables that will never flush until Pebble stalls the writer.
+func (s *Store) writable() error {
+	if s.db == nil {
+		return ErrClosed
+	}
+	if !s.broken.Load() {
+		return nil
+	}
+	if e := s.bgErr.Load(); e != nil {
+		return fmt.Errorf("%w: state: a background flush failed: %w", ErrFatal, *e)
+	}
+	return ErrFatal
+}
+
 // failBackground marks the store failed after a background flush or
 // compaction error of a store without a WAL (Options.NoWAL): its commits
 // then return ErrFatal with the cause.
@@ -443,8 +460,8 @@ func (s *Store) scanFrom(prefix, from []byte, fn func(key, value []byte) error) 
 // Reset deletes every key of the task and its changelog offset in one synced
 // batch: used when the changelog was recreated and local state must go.
 func (s *Store) Reset(t Task) error {
-	if s.db == nil {
-		return ErrClosed
+	if err := s.writable(); err != nil {
+		return err
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -476,8 +493,8 @@ func (s *Store) Metrics() *pebble.Metrics {
 // a tombstone. The caller has already dropped state that expired since it was
 // written, and expanded compact records (eos.Config.Restore).
 func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
-	if s.db == nil {
-		return ErrClosed
+	if err := s.writable(); err != nil {
+		return err
 	}
 	defer s.contain(&err)
 	b := s.db.NewBatch()

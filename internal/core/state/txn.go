@@ -192,14 +192,8 @@ func (s *Store) committedWrite(key string, val []byte) committedWrite {
 
 // write puts the staged state and offsets into Pebble, synced.
 func (t *Txn) write() (err error) {
-	if t.s.db == nil {
-		return ErrClosed
-	}
-	if t.s.broken.Load() {
-		if e := t.s.bgErr.Load(); e != nil {
-			return fmt.Errorf("%w: state: a background flush failed: %w", ErrFatal, *e)
-		}
-		return ErrFatal
+	if err := t.s.writable(); err != nil {
+		return err
 	}
 	if len(t.writes) == 0 && len(t.offsets) == 0 {
 		return nil

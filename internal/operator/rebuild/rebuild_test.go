@@ -384,9 +384,10 @@ func TestRebuildFrom(t *testing.T) {
 	recs, _ := testkitGenerate(o)
 	split := len(recs) / 4
 	produce(t, f.brokers, recs[:split])
-	time.Sleep(20 * time.Millisecond) // sleep ok: record timestamps (ms) strictly before from
-	from := time.Now()
-	time.Sleep(20 * time.Millisecond) // sleep ok: and strictly after it
+	// Record timestamps are milliseconds: from lies in a millisecond after
+	// the first part's and before the second part's.
+	from := nextMilli(t, time.Now())
+	nextMilli(t, from)
 	produce(t, f.brokers, recs[split:])
 	// The rebuild serves its metrics: suppressed intents show there.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -453,4 +454,16 @@ func TestOptionsValidate(t *testing.T) {
 	if g, d := Group("rb", "x.v2"), StateDir(cfg, "x.v2"); g != "rb-rebuild-x.v2" || d != filepath.Join(cfg.State.Dir, "rebuild-x.v2") {
 		t.Errorf("group %s, state dir %s", g, d)
 	}
+}
+
+// nextMilli waits until the clock has passed the millisecond of after and
+// returns the time then.
+func nextMilli(t *testing.T, after time.Time) time.Time {
+	t.Helper()
+	var now time.Time
+	testkit.Await(t, time.Second, "the clock's next millisecond", func() bool {
+		now = time.Now()
+		return now.UnixMilli() > after.UnixMilli()
+	})
+	return now
 }
