@@ -217,10 +217,16 @@ func (t *Txn) write() (err error) {
 	for _, w := range ws {
 		size += len(w.key) + len(w.val) + 16
 	}
-	slices.SortFunc(ws, func(a, b committedWrite) int { return strings.Compare(a.key, b.key) })
+	// Sort indices, not the 56-byte writes: a swap moves 4 bytes.
+	order := make([]int32, len(ws))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(ws[a].key, ws[b].key) })
 	b := t.s.db.NewBatchWithSize(size)
 	defer b.Close()
-	for _, w := range ws {
+	for _, i := range order {
+		w := &ws[i]
 		kb := unsafe.Slice(unsafe.StringData(w.key), len(w.key)) // Batch.Set copies
 		var err error
 		if w.val == nil {
