@@ -21,6 +21,7 @@ type inflight struct {
 	tx       *txnBatches
 	start    time.Time
 	took     time.Duration
+	phases   phases
 	records  int
 	produced int64
 }
@@ -33,6 +34,7 @@ func (f *inflight) write(st *state.Store) {
 		txns[i] = c.Txn
 	}
 	f.err = st.WriteAll(txns)
+	f.phases.mark(&f.phases.write)
 	f.took = time.Since(f.start)
 	close(f.done)
 }
@@ -63,7 +65,9 @@ func (l *Loop[T]) finish(f *inflight) error {
 	f.tx.committed()
 	l.stats.addTxn("committed", f.took)
 	if l.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
-		l.cfg.Logger.Debug("transaction committed", "records", f.records, "produced", f.produced, "took", f.took)
+		ph := f.phases
+		l.cfg.Logger.Debug("transaction committed", "records", f.records, "produced", f.produced, "took", f.took,
+			"process", ph.process, "flush", ph.flush, "commit", ph.commit, "settle", ph.settle, "write", ph.write)
 	}
 	return nil
 }
@@ -73,7 +77,7 @@ func (l *Loop[T]) finish(f *inflight) error {
 // records the offset after its last changelog record. Without AsyncCommit
 // the write and its hooks run here; with it the write runs on a goroutine
 // while the loop goes on, and settle finishes it.
-func (l *Loop[T]) writeState(tx *txnBatches, p *txnProducer, start time.Time, records int) error {
+func (l *Loop[T]) writeState(tx *txnBatches, p *txnProducer, start time.Time, ph phases, records int) error {
 	tx.bases = nil // the previous transaction is in Pebble now
 	for _, c := range tx.children {
 		c.Txn.Detach()
@@ -81,7 +85,7 @@ func (l *Loop[T]) writeState(tx *txnBatches, p *txnProducer, start time.Time, re
 			c.Txn.SetChangelogOffset(c.task.ID, next)
 		}
 	}
-	f := &inflight{done: make(chan struct{}), tx: tx, start: start, records: records, produced: p.produced.Load()}
+	f := &inflight{done: make(chan struct{}), tx: tx, start: start, phases: ph, records: records, produced: p.produced.Load()}
 	if !l.cfg.AsyncCommit {
 		f.write(l.cfg.Store)
 		return l.finish(f)
@@ -94,4 +98,19 @@ func (l *Loop[T]) writeState(tx *txnBatches, p *txnProducer, start time.Time, re
 	}()
 	l.inflight = f
 	return nil
+}
+
+// phases is where a committed transaction's time went, for the debug log:
+// processing its records (from Begin), flushing its produces, ending it at
+// the broker, waiting for the previous transaction's Pebble write, and its
+// own Pebble write. The spans a slow transaction shows name its cause.
+type phases struct {
+	last                                  time.Time
+	process, flush, commit, settle, write time.Duration
+}
+
+// mark ends the phase d at now and starts the next.
+func (p *phases) mark(d *time.Duration) {
+	now := time.Now()
+	*d, p.last = now.Sub(p.last), now
 }

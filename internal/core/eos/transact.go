@@ -40,9 +40,11 @@ func (l *Loop[T]) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, 
 		}
 	}()
 	err := l.h.Begin(b)
+	ph := phases{last: start}
 	if err == nil {
 		err = l.processAll(b, fetches)
 	}
+	ph.mark(&ph.process)
 	if err != nil {
 		// A state read failed (Pebble error): abort and stop; nothing is
 		// lost. Or a record must wait (HoldError): abort, and Run tries
@@ -63,6 +65,7 @@ func (l *Loop[T]) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, 
 	if perr := p.failure(); perr != nil {
 		return l.produceFailed(ctx, sess, perr, start)
 	}
+	ph.mark(&ph.flush)
 	l.produceAborts = 0
 	if h := l.cfg.Hooks; h != nil && h.AfterStage != nil {
 		if err := h.AfterStage(); err != nil {
@@ -73,6 +76,7 @@ func (l *Loop[T]) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, 
 	if err != nil {
 		return l.endError(err)
 	}
+	ph.mark(&ph.commit)
 	if !committed {
 		// (false, nil): a rebalance or an abortable offset-commit error. The
 		// session rewinds to the committed offsets; drop the staged state.
@@ -91,9 +95,10 @@ func (l *Loop[T]) transact(sess *kgo.GroupTransactSession, fetches kgo.Fetches, 
 	if err := l.settle(); err != nil {
 		return err
 	}
+	ph.mark(&ph.settle)
 	written = true // from here on, the abort hooks are the write's to run
 	l.unhold()
-	return l.writeState(tx, p, start, fetches.NumRecords())
+	return l.writeState(tx, p, start, ph, fetches.NumRecords())
 }
 
 // newTransaction returns the top batch of a new transaction. While the
