@@ -107,6 +107,7 @@ func TestFaultCrashLoop(t *testing.T) {
 // transaction is all or nothing, no aborted record is visible, and Pebble
 // is never ahead of Kafka.
 func TestFaultEndOutcomeUnknown(t *testing.T) {
+	const overhead = 3 * time.Second // the client's request timeout (RequestTimeoutOverhead)
 	for _, tc := range []struct {
 		name  string
 		seed  uint64
@@ -126,23 +127,46 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 				}
 				injected.Add(1)
 				if tc.apply {
-					// Hold it past the client's request timeout (10s
-					// overhead), then let the broker commit it.
+					// Hold it past the client's request timeout
+					// (overhead, below), then let the broker commit it.
 					// sleep ok: the fault itself (kfake holds the request past the client's timeout); the test then waits for the outcome.
-					c.SleepControl(func() { time.Sleep(13 * time.Second) })
+					c.SleepControl(func() { time.Sleep(overhead + time.Second) })
 					return nil, nil, false
 				}
 				return nil, errors.New("drop the connection"), true
 			})
-			errs := e.supervise(5*time.Minute, nil, func(int) *instance { return e.start(instOpts{maxRecs: 300}) })
+			// The client gives up on a request after overhead rather than
+			// kgo's default 10s, so that each of the three held EndTxns
+			// costs seconds, not a quarter of a minute: the fault (an
+			// answer that comes after the client stopped waiting) is the
+			// same.
+			var lost endTxnLost
+			o := instOpts{maxRecs: 300, clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
+			errs := e.supervise(5*time.Minute, nil, func(int) *instance { return e.start(o) })
 			if injected.Load() == 0 {
 				t.Fatal("no EndTxn was interfered with")
 			}
+			// The fault landed: the client never read the answer to an
+			// EndTxn it had sent.
+			if lost.n.Load() == 0 {
+				t.Fatal("every EndTxn was answered: the client never lost an outcome")
+			}
+			t.Logf("EndTxn answers the client did not read: %d", lost.n.Load())
 			for _, err := range errs {
 				t.Logf("a life ended with: %v", err)
 			}
 			e.checkFigure(exp, len(recs), len(errs), int(injected.Load()), tc.seed)
 		})
+	}
+}
+
+// endTxnLost counts the EndTxn requests whose response the client did not
+// read (timed out, or the connection died): a kgo.HookBrokerE2E.
+type endTxnLost struct{ n atomic.Int64 }
+
+func (h *endTxnLost) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key == int16(kmsg.EndTxn) && e2e.Err() != nil {
+		h.n.Add(1)
 	}
 }
 
