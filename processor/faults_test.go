@@ -352,7 +352,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					on.Store(false) // the operator freed the disk
 					return e.start(instOpts{maxRecs: 300})
 				}
-				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20}, growMemtable
+				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: memtableBytes}, growMemtable
 				if tc.noWAL {
 					// No WAL to fail in a rotation; a flush every 200 ms meets
 					// the full disk soon after it fills.
@@ -387,15 +387,22 @@ func TestFaultPebbleWriteError(t *testing.T) {
 	}
 }
 
-// growMemtable writes ~70 MiB of throwaway keys (outside every task prefix)
-// so that Pebble's memtable has grown to its full 64 MiB and the test's own
-// writes need no memtable rotation. A WAL failure during a rotation is a
-// Pebble panic with its mutex released: a fatal runtime error that ends the
-// process. In production that is a crash like any other (the restart restores
-// from the changelog); here it would end the test binary.
+// memtableBytes is the memtable size of TestFaultPebbleWriteError's failing
+// store: room for the few transactions it commits before the disk fails
+// (a few MiB), small enough that filling it costs little.
+const memtableBytes = 16 << 20
+
+// growMemtable writes ~18 MiB of throwaway keys (outside every task prefix)
+// so that Pebble's memtable, which starts at 256 KiB and doubles at each
+// rotation (256 KiB + … + 8 MiB ≈ 16 MiB written), has grown to its full
+// memtableBytes and the test's own writes need no memtable rotation. A WAL
+// failure during a rotation is a Pebble panic with its mutex released: a
+// fatal runtime error that ends the process. In production that is a crash
+// like any other (the restart restores from the changelog); here it would
+// end the test binary.
 func growMemtable(t *testing.T, st *state.Store) {
 	val := make([]byte, 1<<10)
-	for i := range 70 {
+	for i := range memtableBytes>>20 + 2 {
 		txn := st.NewTxn()
 		for j := range 1 << 10 {
 			txn.Set(fmt.Appendf(nil, "zfill-%03d-%04d", i, j), val)
