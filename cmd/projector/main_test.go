@@ -24,10 +24,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "projector")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+	if binary, err = testkit.BuildProjector(context.Background(), dir); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n", err)
 		os.Exit(1)
 	}
 	code := m.Run()
