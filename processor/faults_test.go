@@ -107,6 +107,8 @@ func TestFaultCrashLoop(t *testing.T) {
 // transaction is all or nothing, no aborted record is visible, and Pebble
 // is never ahead of Kafka.
 func TestFaultEndOutcomeUnknown(t *testing.T) {
+	t.Parallel() // mostly waits: three EndTxns held past the client's timeout
+
 	const overhead = 3 * time.Second // the client's request timeout (RequestTimeoutOverhead)
 	for _, tc := range []struct {
 		name  string
@@ -242,6 +244,7 @@ func TestFaultZombieFenced(t *testing.T) {
 // staging), so that revokes land inside open transactions. 0 dup, 0 lost;
 // state follows the partitions through the changelog.
 func TestFaultRebalanceMidTransaction(t *testing.T) {
+	t.Parallel() // mostly waits: membership changes paced 0.5-2s apart, slowed transactions
 	const seed = 501
 	e := newEnv(t, 4)
 	recs, exp := genWorkload(seed, 30_000, 3_000, nil)
@@ -528,6 +531,7 @@ func btoi(b bool) int {
 // works and input is still arriving. Instances that stop on the outage are
 // restarted; the result equals the model.
 func TestFaultBrokerRestartUnderLoad(t *testing.T) {
+	t.Parallel() // mostly waits: broker restarts paced seconds apart
 	const seed = 901
 	dir := t.TempDir()
 	b, err := broker.Start(broker.Options{Dir: dir + "/broker", Listen: "127.0.0.1:0", Partitions: 4})
