@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -278,17 +279,17 @@ func TestFilter(t *testing.T) {
 	f := dedup.NewFilter(1 << 18)
 	n := 0
 	for ; !f.Full(); n++ {
-		f.Add(dedup.MakeID("", fmt.Sprint("in-", n)))
+		f.Add(dedup.MakeID("", "in-"+strconv.Itoa(n)))
 	}
 	for i := range n {
-		if !f.MayContain(dedup.MakeID("", fmt.Sprint("in-", i))) {
+		if !f.MayContain(dedup.MakeID("", "in-"+strconv.Itoa(i))) {
 			t.Fatalf("in-%d was added but is rejected", i)
 		}
 	}
 	fp := 0
 	const absent = 200000
 	for i := range absent {
-		if f.MayContain(dedup.MakeID("", fmt.Sprint("out-", i))) {
+		if f.MayContain(dedup.MakeID("", "out-"+strconv.Itoa(i))) {
 			fp++
 		}
 	}

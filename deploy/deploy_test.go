@@ -7,6 +7,7 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,6 +22,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8syaml "sigs.k8s.io/yaml"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 var binary string
@@ -31,9 +34,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "projector")
-	if out, err := exec.Command("go", "build", "-o", binary, "../cmd/projector").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+	if binary, err = testkit.BuildProjector(context.Background(), dir); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n", err)
 		os.Exit(1)
 	}
 	code := m.Run()

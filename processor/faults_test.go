@@ -107,6 +107,9 @@ func TestFaultCrashLoop(t *testing.T) {
 // transaction is all or nothing, no aborted record is visible, and Pebble
 // is never ahead of Kafka.
 func TestFaultEndOutcomeUnknown(t *testing.T) {
+	t.Parallel() // mostly waits: three EndTxns held past the client's timeout
+
+	const overhead = 3 * time.Second // the client's request timeout (RequestTimeoutOverhead)
 	for _, tc := range []struct {
 		name  string
 		seed  uint64
@@ -126,23 +129,46 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 				}
 				injected.Add(1)
 				if tc.apply {
-					// Hold it past the client's request timeout (10s
-					// overhead), then let the broker commit it.
+					// Hold it past the client's request timeout
+					// (overhead, below), then let the broker commit it.
 					// sleep ok: the fault itself (kfake holds the request past the client's timeout); the test then waits for the outcome.
-					c.SleepControl(func() { time.Sleep(13 * time.Second) })
+					c.SleepControl(func() { time.Sleep(overhead + time.Second) })
 					return nil, nil, false
 				}
 				return nil, errors.New("drop the connection"), true
 			})
-			errs := e.supervise(5*time.Minute, nil, func(int) *instance { return e.start(instOpts{maxRecs: 300}) })
+			// The client gives up on a request after overhead rather than
+			// kgo's default 10s, so that each of the three held EndTxns
+			// costs seconds, not a quarter of a minute: the fault (an
+			// answer that comes after the client stopped waiting) is the
+			// same.
+			var lost endTxnLost
+			o := instOpts{maxRecs: 300, clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
+			errs := e.supervise(5*time.Minute, nil, func(int) *instance { return e.start(o) })
 			if injected.Load() == 0 {
 				t.Fatal("no EndTxn was interfered with")
 			}
+			// The fault landed: the client never read the answer to an
+			// EndTxn it had sent.
+			if lost.n.Load() == 0 {
+				t.Fatal("every EndTxn was answered: the client never lost an outcome")
+			}
+			t.Logf("EndTxn answers the client did not read: %d", lost.n.Load())
 			for _, err := range errs {
 				t.Logf("a life ended with: %v", err)
 			}
 			e.checkFigure(exp, len(recs), len(errs), int(injected.Load()), tc.seed)
 		})
+	}
+}
+
+// endTxnLost counts the EndTxn requests whose response the client did not
+// read (timed out, or the connection died): a kgo.HookBrokerE2E.
+type endTxnLost struct{ n atomic.Int64 }
+
+func (h *endTxnLost) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key == int16(kmsg.EndTxn) && e2e.Err() != nil {
+		h.n.Add(1)
 	}
 }
 
@@ -218,6 +244,7 @@ func TestFaultZombieFenced(t *testing.T) {
 // staging), so that revokes land inside open transactions. 0 dup, 0 lost;
 // state follows the partitions through the changelog.
 func TestFaultRebalanceMidTransaction(t *testing.T) {
+	t.Parallel() // mostly waits: membership changes paced 0.5-2s apart, slowed transactions
 	const seed = 501
 	e := newEnv(t, 4)
 	recs, exp := genWorkload(seed, 30_000, 3_000, nil)
@@ -328,7 +355,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					on.Store(false) // the operator freed the disk
 					return e.start(instOpts{maxRecs: 300})
 				}
-				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: 64 << 20}, growMemtable
+				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: memtableBytes}, growMemtable
 				if tc.noWAL {
 					// No WAL to fail in a rotation; a flush every 200 ms meets
 					// the full disk soon after it fills.
@@ -363,15 +390,22 @@ func TestFaultPebbleWriteError(t *testing.T) {
 	}
 }
 
-// growMemtable writes ~70 MiB of throwaway keys (outside every task prefix)
-// so that Pebble's memtable has grown to its full 64 MiB and the test's own
-// writes need no memtable rotation. A WAL failure during a rotation is a
-// Pebble panic with its mutex released: a fatal runtime error that ends the
-// process. In production that is a crash like any other (the restart restores
-// from the changelog); here it would end the test binary.
+// memtableBytes is the memtable size of TestFaultPebbleWriteError's failing
+// store: room for the few transactions it commits before the disk fails
+// (a few MiB), small enough that filling it costs little.
+const memtableBytes = 16 << 20
+
+// growMemtable writes ~18 MiB of throwaway keys (outside every task prefix)
+// so that Pebble's memtable, which starts at 256 KiB and doubles at each
+// rotation (256 KiB + … + 8 MiB ≈ 16 MiB written), has grown to its full
+// memtableBytes and the test's own writes need no memtable rotation. A WAL
+// failure during a rotation is a Pebble panic with its mutex released: a
+// fatal runtime error that ends the process. In production that is a crash
+// like any other (the restart restores from the changelog); here it would
+// end the test binary.
 func growMemtable(t *testing.T, st *state.Store) {
 	val := make([]byte, 1<<10)
-	for i := range 70 {
+	for i := range memtableBytes>>20 + 2 {
 		txn := st.NewTxn()
 		for j := range 1 << 10 {
 			txn.Set(fmt.Appendf(nil, "zfill-%03d-%04d", i, j), val)
@@ -497,6 +531,7 @@ func btoi(b bool) int {
 // works and input is still arriving. Instances that stop on the outage are
 // restarted; the result equals the model.
 func TestFaultBrokerRestartUnderLoad(t *testing.T) {
+	t.Parallel() // mostly waits: broker restarts paced seconds apart
 	const seed = 901
 	dir := t.TempDir()
 	b, err := broker.Start(broker.Options{Dir: dir + "/broker", Listen: "127.0.0.1:0", Partitions: 4})

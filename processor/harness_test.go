@@ -73,6 +73,8 @@ type instOpts struct {
 	extra []*projection.Projection
 	// rules are the side-effect rules (none when nil).
 	rules processor.EffectRules
+	// clientOpts are extra franz-go options (Session.ClientOpts).
+	clientOpts []kgo.Opt
 }
 
 func (e *env) start(o instOpts) *instance {
@@ -95,8 +97,8 @@ func (e *env) start(o instOpts) *instance {
 		Session: processor.Session{
 			Name: group, InstanceID: o.id, Brokers: e.brokers, DeadLetterTopic: dlqTopic,
 			MaxRecordsPerTxn: o.maxRecs, SessionTimeout: 6 * time.Second,
-			TransactionTimeout: 20 * time.Second,
-			Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("instance", o.id),
+			TransactionTimeout: 20 * time.Second, ClientOpts: o.clientOpts,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("instance", o.id),
 		},
 		Inputs: []string{inputTopic}, EffectsTopic: "case-events.effects",
 		Projections: append([]*projection.Projection{{Name: "case-overview", Topic: projTopic, Handler: rules(), Versioned: true}}, o.extra...),

@@ -75,6 +75,7 @@ func (h *logTally) count(prefix string) int {
 // in-flight entry the previous one left: that must have happened, or the
 // test proved nothing.
 func TestExecutorRevokeReassignSlowWebhooks(t *testing.T) {
+	t.Parallel() // mostly waits: webhooks answering in 0.5-2s, lives paced past their deadlines
 	const topic = "fx.effects"
 	_, brokers := testkit.Broker(t, 2, topic)
 	ctx := context.Background()

@@ -45,6 +45,7 @@ import (
 // (a new owner that wrote past a previous owner's open transaction would
 // never restore that transaction's records).
 func TestExecutorRunnerWaitsForVerification(t *testing.T) {
+	t.Parallel() // mostly waits: a held EndTxn, a rebalance, a webhook hung to its timeout
 	const webhookTimeout = 2 * time.Second
 	const lateKey = "k-late"
 	emb, brokers, keys := fxSetup(t, 10)

@@ -229,6 +229,7 @@ func TestLiveEffectsOneExecutionPerKey(t *testing.T) {
 // the same Idempotency-Key and succeeds (applied once); with park it is
 // called once, listed as unknown, and resolvable by hand.
 func TestLiveEffectsUnknownOutcomes(t *testing.T) {
+	t.Parallel() // mostly waits: webhooks hung past their timeout
 	for _, policy := range []string{"retry", "park"} {
 		t.Run(policy, func(t *testing.T) {
 			brokers, recs, keys := setup(t, 1000)

@@ -690,6 +690,7 @@ func checkExactlyOnce(t *testing.T, keys []string, final map[string]effect.Entry
 // reaching the partition leader and the transaction coordinator while the
 // group drops it – the zombie that has been evicted and not yet told.
 func TestExecutorZombieCannotCommit(t *testing.T) {
+	t.Parallel() // mostly waits: for the group session of the cut-off instance to expire
 	for _, tc := range []struct {
 		name string
 		mode int

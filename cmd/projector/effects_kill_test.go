@@ -84,6 +84,7 @@ func (s *slowReceiver) total() int {
 // key is ever called twice and every key left in doubt is listed by
 // `projector effects list --status unknown`.
 func TestExecutorKill9(t *testing.T) {
+	t.Parallel() // mostly waits: a webhook answering in 150-300 ms, process restarts
 	kills := 5
 	if testing.Short() {
 		kills = 3

@@ -181,6 +181,7 @@ func metricLine(body, series string) string {
 // (not repeated at the recheck). Once the topic is created the worker becomes
 // ready and the gauge goes to 0.
 func TestReadyzMissingInputRealCluster(t *testing.T) {
+	t.Parallel() // mostly waits: one input recheck period (5 s) of another process
 	const topic = "mi-events"
 	b, brokers := testkit.Broker(t, 4)
 	dir := t.TempDir()

@@ -39,6 +39,9 @@ func TestVersionCommand(t *testing.T) {
 // environment may set GOFLAGS=-buildvcs=false, as this machine does) and
 // checks that the printed revision is git's HEAD.
 func TestVersionRevision(t *testing.T) {
+	// Parallel: its build of a second binary (a link, seconds of CPU)
+	// overlaps with the tests that mostly wait on processes and brokers.
+	t.Parallel()
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Skipf("not in a git work tree (git rev-parse: %v): nothing to compare the revision with", err)

@@ -155,7 +155,12 @@ func waitProcessed(t *testing.T, brokers []string, topic string) {
 // answers the key with the bytes the winner was answered.
 func TestIngressOneKeyOneEvent(t *testing.T) {
 	for _, n := range []int{1, 2} {
-		t.Run(fmt.Sprintf("%d-instances", n), func(t *testing.T) { testOneKeyOneEvent(t, n) })
+		t.Run(fmt.Sprintf("%d-instances", n), func(t *testing.T) {
+			// Parallel: each waits mostly on its workers' joins and
+			// restarts, on a broker of its own.
+			t.Parallel()
+			testOneKeyOneEvent(t, n)
+		})
 	}
 }
 

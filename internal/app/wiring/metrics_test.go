@@ -13,6 +13,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
+	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 )
@@ -86,6 +87,9 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	ctx := context.Background()
 	o := workload.Defaults()
 	o.Events, o.Aggregates, o.Seed = 20000, 2000, 3
+	if race.Enabled { // a fifth, as the integration workloads run under -race
+		o.Events, o.Aggregates = 4000, 400
+	}
 	recs, exp := workload.Generate(o)
 	if err := testkit.Produce(ctx, brokers, "case-events", recs); err != nil {
 		t.Fatal(err)

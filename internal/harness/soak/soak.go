@@ -36,9 +36,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/projector-dev/projector/internal/core/changelog"
@@ -182,18 +180,13 @@ func (r Result) KillsMovingShare() float64 {
 	return float64(r.KillsMoving) / float64(len(r.Kills))
 }
 
-// Build compiles the projector binary into dir.
+// Build compiles the projector binary into dir (testkit.BuildProjector:
+// through the go command's cache of executables, so that an unchanged tree
+// is not linked again).
 func Build(ctx context.Context, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	bin, err := testkit.BuildProjector(ctx, dir)
 	if err != nil {
-		return "", fmt.Errorf("soak: go env GOMOD: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(dir, "projector")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/projector")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("soak: build: %v\n%s", err, b)
+		return "", fmt.Errorf("soak: %w", err)
 	}
 	return bin, nil
 }
