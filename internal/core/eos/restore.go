@@ -185,10 +185,9 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 }
 
 // restoreBatch bounds the Pebble writes of one restore batch: a batch is
-// written once it reaches this size (or Store.RestoreBatchBytes), so it
-// holds at most this many plus one record's expansion (a dedup segment:
-// 2048 entries and its marker).
-const restoreBatch = 400000
+// written once it reaches this size, so it holds at most this many plus
+// one record's expansion (a dedup segment: 2048 entries and its marker).
+const restoreBatch = 100000
 
 // restoreTask brings task id's store up to offset end of its changelog
 // partition in topic (hwm: the partition's high watermark), reading with the
@@ -304,24 +303,17 @@ func (r *restorer) mustDiscard(ctx context.Context, id state.Task, topic string,
 }
 
 // changelogRead is one task's read of its changelog partition into Pebble,
-// in chunks, each written with the offset after it (state.Store.Restore:
-// the position is never durable without the writes it covers). A chunk is
-// written once it holds restoreBatch writes or the store's
-// RestoreBatchBytes (a batch Pebble sorts and flushes whole instead of
-// inserting each key into its memtable), at the end of the range, and
-// before a broker error is returned.
+// in chunks of at most restoreBatch writes, each written with the offset
+// after it.
 type changelogRead struct {
-	r       *restorer
-	id      state.Task
-	topic   string
-	now     time.Time // the restore's time, for Config.Restore
-	next    int64     // the offset after the last record read
-	written int64     // the offset the store holds (the last write's next)
-	chunk   []state.Record
-	bytes   int // of the chunk's keys and values
-	large   int // Store.RestoreBatchBytes
-	recs    int // changelog records behind chunk
-	n       int // changelog records restored (and the reset, if any)
+	r     *restorer
+	id    state.Task
+	topic string
+	now   time.Time // the restore's time, for Config.Restore
+	next  int64     // the offset after the last record read
+	chunk []state.Record
+	recs  int // changelog records behind chunk
+	n     int // changelog records restored (and the reset, if any)
 }
 
 // readChangelog reads task id's changelog partition in topic from offset
@@ -330,8 +322,7 @@ type changelogRead struct {
 func (r *restorer) readChangelog(ctx context.Context, cl *kgo.Client, id state.Task, topic string, from, end int64, n int) (int, error) {
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
 	defer cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
-	c := &changelogRead{r: r, id: id, topic: topic, next: from, written: from, n: n, now: r.cfg.Now(),
-		large: r.cfg.Store.RestoreBatchBytes()}
+	c := &changelogRead{r: r, id: id, topic: topic, next: from, n: n, now: r.cfg.Now()}
 	lastProgress := time.Now()
 	for c.next < end {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -341,8 +332,7 @@ func (r *restorer) readChangelog(ctx context.Context, cl *kgo.Client, id state.T
 			return 0, ctx.Err()
 		}
 		if err := restorePollError(fs); err != nil {
-			// Keep what was read: the retry resumes after it.
-			return c.n, errors.Join(fmt.Errorf("eos: restore %s: %w", id, brokerErr(err)), c.write())
+			return c.n, fmt.Errorf("eos: restore %s: %w", id, brokerErr(err))
 		}
 		got, err := c.take(fs)
 		if err != nil {
@@ -354,14 +344,14 @@ func (r *restorer) readChangelog(ctx context.Context, cl *kgo.Client, id state.T
 			// record to read. Silence means the broker is not serving it:
 			// fail loudly rather than call a partial restore complete.
 			if time.Since(lastProgress) > restoreStall {
-				return c.n, errors.Join(brokerErr(fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, c.next, end, restoreStall)), c.write())
+				return c.n, brokerErr(fmt.Errorf("eos: restore %s stalled at changelog offset %d (want %d) for %s", id, c.next, end, restoreStall))
 			}
 			continue
 		}
 		lastProgress = time.Now()
-	}
-	if err := c.write(); err != nil {
-		return 0, err
+		if err := c.write(); err != nil {
+			return 0, err
+		}
 	}
 	return c.n, nil
 }
@@ -383,10 +373,7 @@ func restorePollError(fs kgo.Fetches) error {
 // it is full. got counts the records read, control records included.
 func (c *changelogRead) take(fs kgo.Fetches) (got int, err error) {
 	restore := c.r.cfg.Restore
-	emit := func(k, v []byte) {
-		c.chunk = append(c.chunk, state.Record{Key: k, Value: v})
-		c.bytes += len(k) + len(v)
-	}
+	emit := func(k, v []byte) { c.chunk = append(c.chunk, state.Record{Key: k, Value: v}) }
 	fs.EachRecord(func(rec *kgo.Record) {
 		if err != nil || rec.Topic != c.topic || rec.Partition != c.id.Partition || rec.Offset < c.next {
 			return
@@ -410,7 +397,9 @@ func (c *changelogRead) take(fs kgo.Fetches) (got int, err error) {
 			c.n++
 			c.recs++
 		}
-		if len(c.chunk) >= restoreBatch || c.bytes >= c.large {
+		if len(c.chunk) >= restoreBatch {
+			// Expanded records (dedup segments) can make a poll's
+			// batch large: write what is complete, with its offset.
 			err = c.write()
 		}
 	})
@@ -418,16 +407,12 @@ func (c *changelogRead) take(fs kgo.Fetches) (got int, err error) {
 }
 
 // write applies the chunk of restored writes with the offset after them,
-// and empties it; nothing when the store already holds that offset.
+// and empties it.
 func (c *changelogRead) write() error {
-	if c.next == c.written {
-		return nil
-	}
 	if err := c.r.cfg.Store.Restore(c.id, c.chunk, c.next); err != nil {
 		return err
 	}
 	c.r.stats.addRestored(c.recs)
-	c.written = c.next
-	c.chunk, c.bytes, c.recs = c.chunk[:0], 0, 0
+	c.chunk, c.recs = c.chunk[:0], 0
 	return nil
 }

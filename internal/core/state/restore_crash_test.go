@@ -38,8 +38,10 @@ func (l restoreLog) stateAt(next int) map[string]string {
 }
 
 // TestRestoreCrashKeepsPositionWithItsData: tasks restoring concurrently
-// into one store without a WAL, in chunks small and large (above
-// RestoreBatchBytes: Pebble's flushable batches), are crashed at many points
+// into one store without a WAL (eos restores the tasks of an assignment
+// concurrently), in chunks small and large (above half the memtable:
+// Pebble's large batches, queued as their own memtables, as an expansion
+// of dedup segments can make a chunk), are crashed at many points
 // while they write. After each crash every task's stored position is exactly
 // as far as its data: the state of its keys is the changelog's state just
 // before that position – never a position durable ahead of the writes it
@@ -63,7 +65,8 @@ func TestRestoreCrashKeepsPositionWithItsData(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(p), 1))
 			for next := 0; next < records; {
 				// Chunks of 50 to 5,000 records: the larger ones are
-				// above RestoreBatchBytes of a 256 KiB memtable.
+				// above half of a 256 KiB memtable (Pebble's large
+				// batches).
 				n := min(records-next, 50+rng.IntN(5000))
 				chunk := make([]Record, 0, n)
 				for o := next; o < next+n; o++ {

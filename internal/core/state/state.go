@@ -183,8 +183,6 @@ type Store struct {
 	// Without a WAL: flushEvery (Options.FlushEvery), and when the commit
 	// goroutine last started a flush (owned by it).
 	flushEvery time.Duration
-	// largeBatch is RestoreBatchBytes.
-	largeBatch int
 	lastFlush  time.Time
 	flushDone  <-chan struct{}       // closes when the flush last started ends
 	bgErr      atomic.Pointer[error] // the first background error without a WAL
@@ -220,8 +218,7 @@ func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	s := &Store{cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
-		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now, commitOpts: pebble.Sync,
-		largeBatch: int(o.MemTableBytes / 2)}
+		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now, commitOpts: pebble.Sync}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -538,15 +535,6 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	}
 	return nil
 }
-
-// RestoreBatchBytes is the size, in bytes of keys and values, from which a
-// Restore batch is written as Pebble's large batch: sorted once and queued
-// as its own flushable memtable, rather than inserted key by key into the
-// memtable's skiplist, the restore's largest cost with random keys. Pebble
-// takes a batch as large from half the memtable size (counting its own
-// per-entry overhead, so a batch with this many bytes of keys and values
-// qualifies).
-func (s *Store) RestoreBatchBytes() int { return s.largeBatch }
 
 // Record is one changelog entry: a key below a task prefix and its value (nil
 // for a deletion).
