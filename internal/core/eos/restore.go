@@ -24,6 +24,9 @@ type restorer struct {
 	cl     *kgo.Client
 	// retentions caches each changelog topic's delete.retention.ms.
 	retentions map[string]retention
+	// parallel is how many tasks are read at once (readAll); 0 means
+	// restoreParallel.
+	parallel int
 }
 
 const restoreChunk = 10000

@@ -1,25 +1,27 @@
 package eos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // readAll reads the changelog of every job that must read, one goroutine per
-// task (at most restoreParallel at a time), and hands each task to its
+// task (at most restorer.parallel at a time), and hands each task to its
 // handler's Restored as soon as its own read is done, on this goroutine:
-// Restored calls stay one at a time, as the handler expects, while the other
-// tasks' reads go on. The store is shared; its restore writes commit
-// concurrently (state.Store.Restore), each batch with its own task's offset.
+// Restored calls stay one at a time, as the handler expects, while the next
+// tasks' reads go on. The store is shared; restore writes of several tasks
+// may commit concurrently (state.Store.Restore), each batch with its own
+// task's offset.
 //
-// The first goroutine reads with the restorer's client; every other one with
-// a client of its own, made from the same options and closed when its read
-// ends: a kgo client's polls return whichever partitions have records, so
-// two readers cannot share one.
+// With one read at a time (the default, restoreParallel) every read uses the
+// restorer's client. With more, the first goroutine does, and every other one
+// reads with a client of its own, made from the same options and closed when
+// its read ends: a kgo client's polls return whichever partitions have
+// records, so two concurrent readers cannot share one.
 //
 // The first error cancels the other reads and is returned once they have
 // stopped, except that an error after which the loop must stop (not
@@ -33,7 +35,8 @@ func (r *restorer) readAll(ctx context.Context, jobs []taskRead, settle bool) er
 		err error
 	}
 	results := make(chan done, len(jobs))
-	sem := make(chan struct{}, restoreParallel())
+	parallel := cmp.Or(r.parallel, restoreParallel)
+	sem := make(chan struct{}, parallel)
 	pending, shared := 0, false
 	for _, j := range jobs {
 		if !j.read {
@@ -41,7 +44,7 @@ func (r *restorer) readAll(ctx context.Context, jobs []taskRead, settle bool) er
 			continue
 		}
 		pending++
-		own := shared // the restorer's client goes to the first reader
+		own := shared && parallel > 1 // the restorer's client goes to the first reader
 		shared = true
 		go func() {
 			sem <- struct{}{}
@@ -83,11 +86,16 @@ func (r *restorer) readWith(ctx context.Context, own bool, j taskRead) (int, err
 	return r.readTask(ctx, cl, j)
 }
 
-// restoreParallel bounds the tasks read at once: enough to keep every core
-// busy (a read is its goroutine plus Pebble's flushes and compactions), and
-// bounded because each reader buffers its fetches and the store's
-// memtables fill the faster.
-func restoreParallel() int { return max(4, runtime.GOMAXPROCS(0)) }
+// restoreParallel is how many tasks are read at once by default: one. The
+// reads of several tasks at once interleave their keys in every memtable,
+// so each flush writes tables spanning all their key ranges and Pebble's
+// compactions rewrite the others' data again and again: at 10M aggregates
+// on 4 partitions, read 4 at a time, compactions took 47% of the CPU (31%
+// one at a time) and the restore was ready in 215 s against 163 s
+// (docs/performance.md, "Restore (issue 26)"). Overlapping each task's
+// Restored with the next task's read keeps what concurrency gains without
+// that cost.
+const restoreParallel = 1
 
 // worseRestoreErr is the error a restore attempt returns, of the first one
 // (old, nil if none yet) and another: the first, unless it is transient or

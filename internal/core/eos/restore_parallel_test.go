@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,8 +98,9 @@ func (pt *parallelTask) Revoked()                          {}
 func (pt *parallelTask) Process(*Batch, *kgo.Record) error { return nil }
 func (pt *parallelTask) Stage(*Batch)                      {}
 
-// TestRestoreReadsTasksConcurrently: the tasks of one restore read their
-// changelog partitions at the same time, into one store: every partition's
+// TestRestoreReadsTasksConcurrently: with restorer.parallel above one, the
+// tasks of one restore read their changelog partitions at the same time,
+// into one store: every partition's
 // first record is held in Config.Restore until each of the others has
 // reached its own first record, which a restore of one task after another
 // never does. Each task ends with exactly its changelog's state (the later
@@ -135,7 +137,9 @@ func TestRestoreReadsTasksConcurrently(t *testing.T) {
 		tk.h = &parallelTask{h: h, t: tk}
 		ts = append(ts, tk)
 	}
-	if err := l.newRestorer(f.cl).restore(ctx, ts, true); err != nil {
+	r := l.newRestorer(f.cl)
+	r.parallel = parallelParts
+	if err := r.restore(ctx, ts, true); err != nil {
 		t.Fatal(err)
 	}
 	if apart.Load() {
@@ -221,5 +225,92 @@ func TestWorseRestoreErr(t *testing.T) {
 		if got := worseRestoreErr(c.old, c.err); got != c.want {
 			t.Errorf("worseRestoreErr(%v, %v) = %v, want %v", c.old, c.err, got, c.want)
 		}
+	}
+}
+
+// overlapTask is a TaskHandler whose first Restored call waits until the
+// restore reads the changelog of a task not read before it.
+type overlapTask struct {
+	*parallelTask
+	first   *sync.Once
+	newRead func() <-chan struct{} // closes once another task's read began
+	apart   *atomic.Bool
+}
+
+func (o *overlapTask) Restored() error {
+	o.first.Do(func() {
+		select {
+		case <-o.newRead():
+		case <-time.After(10 * time.Second):
+			o.apart.Store(true)
+		}
+	})
+	return o.parallelTask.Restored()
+}
+
+// TestRestoreOverlapsRestoredWithTheNextRead: by default the tasks are read
+// one at a time (restoreParallel), and a task's Restored runs while the
+// next task's read goes on: the first Restored call waits until a record of
+// a task not read before it arrives, which a restore that calls Restored
+// between the reads never delivers. Every task still ends with exactly its
+// changelog's state and one verified Restored call, never two at once.
+func TestRestoreOverlapsRestoredWithTheNextRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newParallelFixture(t, ctx)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var watch map[string]bool // the tasks read when the first Restored began
+	var newRead chan struct{}
+	expand := func(key, value []byte, _ time.Time, emit func(k, v []byte)) error {
+		mu.Lock()
+		p := string(key[:2])
+		seen[p] = true
+		if watch != nil && !watch[p] {
+			close(newRead)
+			watch = nil
+		}
+		mu.Unlock()
+		emit(key, value)
+		return nil
+	}
+	begin := func() <-chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		watch = maps.Clone(seen)
+		newRead = make(chan struct{})
+		return newRead
+	}
+	l := New[TaskHandler](Config{Session: Session{Store: f.st}, Restore: expand,
+		ChangelogOf: func(in string) string { return in + ".changelog" }}, nil)
+	h := &parallelHandler{restored: map[state.Task]int{}, verified: map[state.Task]bool{}}
+	var once sync.Once
+	var apart atomic.Bool
+	var ts []*Task
+	for _, id := range f.tasks {
+		tk := &Task{ID: id, Prefix: id.Prefix()}
+		tk.h = &overlapTask{parallelTask: &parallelTask{h: h, t: tk}, first: &once, newRead: begin, apart: &apart}
+		ts = append(ts, tk)
+	}
+	if err := l.newRestorer(f.cl).restore(ctx, ts, true); err != nil {
+		t.Fatal(err)
+	}
+	if apart.Load() {
+		t.Fatal("no other task's read went on while the first task's Restored ran")
+	}
+	for _, tk := range ts {
+		id := tk.ID
+		if off, err := f.st.ChangelogOffset(id); err != nil || off != parallelRecords || tk.RestoredRecords != parallelRecords {
+			t.Errorf("%s: stored offset %d (%v), %d records restored; want %d", id, off, err, tk.RestoredRecords, parallelRecords)
+		}
+		if h.restored[id] != 1 || !h.verified[id] {
+			t.Errorf("%s: Restored called %d times (verified %v), want once, verified", id, h.restored[id], h.verified[id])
+		}
+		if v, ok, err := f.st.Get(append(id.Prefix(), fmt.Sprintf("p%d-k%d", id.Partition, parallelKeys-1)...)); err != nil || !ok || string(v) != "v1" {
+			t.Errorf("%s: last key %q %v (%v), want v1", id, v, ok, err)
+		}
+	}
+	if h.max.Load() != 1 {
+		t.Errorf("%d Restored calls ran at once, want 1", h.max.Load())
 	}
 }
