@@ -24,9 +24,6 @@ type restorer struct {
 	cl     *kgo.Client
 	// retentions caches each changelog topic's delete.retention.ms.
 	retentions map[string]retention
-	// parallel is how many tasks are read at once (readAll); 0 means
-	// restoreParallel.
-	parallel int
 }
 
 const restoreChunk = 10000
@@ -101,57 +98,45 @@ func brokerErr(err error) error {
 // attempt read nothing again (their stored offset has reached the end) and
 // are handed to Restored again, which is harmless.
 func (r *restorer) restoreOnce(ctx context.Context, ts []*Task, settle bool) error {
-	jobs, err := r.plan(ctx, ts, settle)
-	if err != nil {
-		return err
-	}
-	return r.readAll(ctx, jobs, settle)
-}
-
-// plan lists, per changelog topic, where each task's restore must end, and
-// prepares each task's store (prepareTask: a reset, or the match re-stamped).
-// It runs on the caller's goroutine: it is cheap, and the restorer's
-// retention cache is not shared between goroutines.
-func (r *restorer) plan(ctx context.Context, ts []*Task, settle bool) ([]taskRead, error) {
 	byTopic := make(map[string][]*Task)
-	var topics []string
 	for _, t := range ts {
 		cl := r.cfg.ChangelogOf(t.ID.Topic)
-		if byTopic[cl] == nil {
-			topics = append(topics, cl)
-		}
 		byTopic[cl] = append(byTopic[cl], t)
 	}
 	adm := kadm.NewClient(r.cl)
-	jobs := make([]taskRead, 0, len(ts))
-	for _, topic := range topics {
+	for topic, tasks := range byTopic {
 		hwms, err := adm.ListEndOffsets(ctx, topic)
 		if err == nil {
 			err = hwms.Error()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("eos: restore: list end offsets of %s: %w", topic, brokerErr(err))
+			return fmt.Errorf("eos: restore: list end offsets of %s: %w", topic, brokerErr(err))
 		}
 		lsos, err := r.stableOffsets(ctx, adm, topic, hwms, settle)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for _, t := range byTopic[topic] {
+		for _, t := range tasks {
 			lo, ok := lsos.Lookup(topic, t.ID.Partition)
 			hw, ok2 := hwms.Lookup(topic, t.ID.Partition)
 			if !ok || !ok2 || lo.Err != nil {
-				return nil, fmt.Errorf("eos: restore %s: changelog partition %s/%d: %w", t.ID, topic, t.ID.Partition,
+				return fmt.Errorf("eos: restore %s: changelog partition %s/%d: %w", t.ID, topic, t.ID.Partition,
 					brokerErr(cmp.Or(lo.Err, errors.New("no offsets listed"))))
 			}
-			j, err := r.prepareTask(ctx, t.ID, topic, lo.Offset, hw.Offset)
-			j.task = t
+			n, err := r.restoreTask(ctx, t.ID, topic, lo.Offset, hw.Offset)
+			t.RestoredRecords += n
 			if err != nil {
-				return nil, err
+				return err
 			}
-			jobs = append(jobs, j)
+			if settle {
+				t.verified = true
+			}
+			if err := t.h.Restored(); err != nil {
+				return err
+			}
 		}
 	}
-	return jobs, nil
+	return nil
 }
 
 // stableOffsets lists the last stable offsets of topic; with settle it waits
@@ -193,76 +178,44 @@ func (r *restorer) stableOffsets(ctx context.Context, adm *kadm.Client, topic st
 const restoreBatch = 100000
 
 // restoreTask brings task id's store up to offset end of its changelog
-// partition in topic (hwm: the partition's high watermark), reading with the
-// restorer's client. It returns how many changelog records it wrote into the
-// store, a reset of local state counting as one: 0 means the store did not
-// change.
+// partition in topic (hwm: the partition's high watermark). It returns how
+// many changelog records it wrote into the store, a reset of local state
+// counting as one: 0 means the store did not change.
 func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string, end, hwm int64) (int, error) {
-	j, err := r.prepareTask(ctx, id, topic, end, hwm)
-	if err != nil || !j.read {
-		return j.n, err
-	}
-	return r.readTask(ctx, r.cl, j)
-}
-
-// taskRead is one task's part of a restore: what prepareTask found and
-// readTask must read.
-type taskRead struct {
-	task      *Task // nil in restoreTask
-	id        state.Task
-	topic     string
-	from, end int64
-	n         int  // 1 after a reset of local state, else 0
-	read      bool // the store is behind end: readTask must read from from
-}
-
-// prepareTask compares task id's store with its changelog partition in topic,
-// drops the store's state of the task when it cannot be resumed
-// (mustDiscard) and, when nothing is to be read, re-stamps its match time.
-func (r *restorer) prepareTask(ctx context.Context, id state.Task, topic string, end, hwm int64) (taskRead, error) {
-	j := taskRead{id: id, topic: topic, end: end}
 	st := r.cfg.Store
 	from, matched, stored, err := st.ChangelogPosition(id)
 	if err != nil {
-		return j, err
+		return 0, err
 	}
 	pos := storedPosition{from: from, matched: matched, stored: stored}
 	discard, err := r.mustDiscard(ctx, id, topic, pos, end, hwm)
 	if err != nil {
-		return j, err
+		return 0, err
 	}
+	reset := 0
 	if discard {
 		if err := st.Reset(id); err != nil {
-			return j, err
+			return 0, err
 		}
 		from = 0
-		j.n = 1 // the store changed even if nothing is read back
+		reset = 1 // the store changed even if nothing is read back
 	}
-	j.from = from
 	if from >= end {
-		if stored && j.n == 0 && from == end && st.Now().Sub(matched) > matchRefresh {
+		if stored && reset == 0 && from == end && st.Now().Sub(matched) > matchRefresh {
 			// Nothing to read: the store matches the changelog now.
 			if err := st.MarkMatched(id); err != nil {
-				return j, err
+				return 0, err
 			}
 		}
-		return j, nil
+		return reset, nil
 	}
-	j.read = true
-	return j, nil
-}
-
-// readTask reads j's changelog range into the store with client cl, which
-// no other goroutine polls meanwhile, and logs it. It returns j.n plus the
-// records restored (see readChangelog).
-func (r *restorer) readTask(ctx context.Context, cl *kgo.Client, j taskRead) (int, error) {
 	start := time.Now()
-	n, err := r.readChangelog(ctx, cl, j.id, j.topic, j.from, j.end, j.n)
+	n, err := r.readChangelog(ctx, id, topic, from, end, reset)
 	if err != nil {
 		return n, err
 	}
 	if n > 0 {
-		r.cfg.Logger.Info("restored state from changelog", "task", j.id.String(), "records", n, "from", j.from, "to", j.end, "took", time.Since(start).Round(time.Millisecond))
+		r.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return n, nil
 }
@@ -322,14 +275,14 @@ type changelogRead struct {
 // readChangelog reads task id's changelog partition in topic from offset
 // from up to end into the store. It returns the restored count, starting at
 // n (a reset), or 0 with an error that may have left a chunk unwritten.
-func (r *restorer) readChangelog(ctx context.Context, cl *kgo.Client, id state.Task, topic string, from, end int64, n int) (int, error) {
-	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
-	defer cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
+func (r *restorer) readChangelog(ctx context.Context, id state.Task, topic string, from, end int64, n int) (int, error) {
+	r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id.Partition: kgo.NewOffset().At(from)}})
+	defer r.cl.RemoveConsumePartitions(map[string][]int32{topic: {id.Partition}})
 	c := &changelogRead{r: r, id: id, topic: topic, next: from, n: n, now: r.cfg.Now()}
 	lastProgress := time.Now()
 	for c.next < end {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollRecords(pctx, restoreChunk)
+		fs := r.cl.PollRecords(pctx, restoreChunk)
 		cancel()
 		if ctx.Err() != nil {
 			return 0, ctx.Err()

@@ -37,11 +37,10 @@ func (l restoreLog) stateAt(next int) map[string]string {
 	return m
 }
 
-// TestRestoreCrashKeepsPositionWithItsData: tasks restoring concurrently
-// into one store without a WAL (eos restores the tasks of an assignment
-// concurrently), in chunks small and large (above half the memtable:
-// Pebble's large batches, queued as their own memtables, as an expansion
-// of dedup segments can make a chunk), are crashed at many points
+// TestRestoreCrashKeepsPositionWithItsData: tasks restoring from several
+// goroutines into one store without a WAL, in chunks small and large (above
+// half the memtable: Pebble's large batches, queued as their own memtables),
+// are crashed at many points
 // while they write. After each crash every task's stored position is exactly
 // as far as its data: the state of its keys is the changelog's state just
 // before that position – never a position durable ahead of the writes it
