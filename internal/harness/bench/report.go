@@ -122,6 +122,10 @@ func (r *RestoreResult) Print(w io.Writer) {
 			humanize.Thousands(int64(s.Aggregates)), s.Generate.Round(time.Millisecond), s.Produce.Round(time.Millisecond),
 			s.Process.Round(time.Millisecond), humanize.Thousands(s.Changelog), mib(s.BenchRSS), mib(s.SetupPeak))
 	}
+	if o.SetupOnly {
+		fmt.Fprintf(w, "\nsetup only: no run measured; the setup is kept in %s for later invocations with the same options\n", o.Dir)
+		return
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "aggregates\trun\tchangelog\trestored\tto ready\trecords/s\tfloor\tfloor/s\t×floor\tRSS at ready\tpeak RSS\tstate dir\tof which sst\tbytes/agg\texit\t")
