@@ -122,30 +122,34 @@ func (r *RestoreResult) Print(w io.Writer) {
 			humanize.Thousands(int64(s.Aggregates)), s.Generate.Round(time.Millisecond), s.Produce.Round(time.Millisecond),
 			s.Process.Round(time.Millisecond), humanize.Thousands(s.Changelog), mib(s.BenchRSS), mib(s.SetupPeak))
 	}
+	if o.SetupOnly {
+		fmt.Fprintf(w, "\nsetup only: no run measured; the setup is kept in %s for later invocations with the same options\n", o.Dir)
+		return
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "aggregates\trun\tchangelog\trestored\tto ready\trecords/s\tRSS at ready\tpeak RSS\tstate dir\tof which sst\tbytes/agg\texit\t")
+	fmt.Fprintln(tw, "aggregates\trun\tchangelog\trestored\tto ready\trecords/s\tfloor\tfloor/s\t×floor\tRSS at ready\tpeak RSS\tstate dir\tof which sst\tbytes/agg\texit\t")
 	for _, s := range r.Sizes {
 		for i, run := range s.Runs {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t\n", humanize.Thousands(int64(s.Aggregates)), i+1,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t%d\t\n", humanize.Thousands(int64(s.Aggregates)), i+1,
 				humanize.Thousands(s.Changelog), humanize.Thousands(run.Restored), run.Ready.Round(time.Millisecond),
-				humanize.Thousands(int64(run.Rate())), mib(run.ReadyRSS), mib(run.PeakRSS), mib(run.StateBytes), mib(max(run.SSTBytes, 1)), // no table yet is 0 MiB, not unknown
+				humanize.Thousands(int64(run.Rate())), run.Floor.Took.Round(time.Millisecond), humanize.Thousands(int64(run.Floor.Rate())), run.FloorRatio(), mib(run.ReadyRSS), mib(run.PeakRSS), mib(run.StateBytes), mib(max(run.SSTBytes, 1)), // no table yet is 0 MiB, not unknown
 				float64(run.StateBytes)/float64(s.Aggregates), run.ExitCode)
 		}
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nmedian per size:")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "aggregates\tto ready\trecords/s\tpeak RSS\tbytes/agg\t")
+	fmt.Fprintln(tw, "aggregates\tto ready\trecords/s\t×floor\tpeak RSS\tbytes/agg\t")
 	for _, s := range r.Sizes {
-		fmt.Fprintf(tw, "%s\t%.2fs\t%s\t%s\t%.0f\t\n", humanize.Thousands(int64(s.Aggregates)),
+		fmt.Fprintf(tw, "%s\t%.2fs\t%s\t%.2f\t%s\t%.0f\t\n", humanize.Thousands(int64(s.Aggregates)),
 			s.Median(func(r RestoreRun) float64 { return r.Ready.Seconds() }),
-			humanize.Thousands(int64(s.Median(RestoreRun.Rate))),
+			humanize.Thousands(int64(s.Median(RestoreRun.Rate))), s.Median(RestoreRun.FloorRatio),
 			mib(int64(s.Median(func(r RestoreRun) float64 { return float64(r.PeakRSS) }))),
 			s.Median(func(r RestoreRun) float64 { return float64(r.StateBytes) })/float64(s.Aggregates))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; RSS at ready: the worker's VmHWM once ready; peak RSS: its VmHWM over its life, sampled every 10 ms until it exited on SIGTERM; state dir: file sizes under state.dir after exit, of which sst: Pebble's tables, the rest mostly its WAL; bytes/agg: state dir / aggregates)")
+	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; floor: a plain kgo consumer in the bench's process reading the same committed changelog records from the same broker just before the run, ×floor: to ready / floor; RSS at ready: the worker's VmHWM once ready; peak RSS: its VmHWM over its life, sampled every 10 ms until it exited on SIGTERM; state dir: file sizes under state.dir after exit, of which sst: Pebble's tables, the rest mostly its WAL; bytes/agg: state dir / aggregates)")
 	if m := r.Mismatches(); len(m) > 0 {
 		fmt.Fprintf(w, "\nFAILED: %s\n", strings.Join(m, "; "))
 	} else {

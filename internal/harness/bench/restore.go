@@ -68,14 +68,19 @@ type RestoreOptions struct {
 	// program: os.Executable).
 	Binary string
 	// Dir holds the broker's log, the state directories and the workers'
-	// logs; "" makes a temporary directory, removed at the end.
+	// logs; "" makes a temporary directory, removed at the end. A setup
+	// finished in Dir (setupFile) is reused by a later Restore with the
+	// same options: only the runs are measured again.
 	Dir string
 	// CPUProfile, when set, is the prefix of a CPU profile of each worker
 	// (CPUProfile.<aggregates>-r<run>), written from its start until its
 	// exit (PROJECTOR_CPUPROFILE; see cmd/projector).
 	CPUProfile string
-	Logger     *slog.Logger // the setup worker's logs (default: discarded)
-	Progress   io.Writer    // one line per step (default: discarded)
+	// SetupOnly stops after the setup of each size (kept in Dir for later
+	// invocations: see restoreSetup) without measuring a run.
+	SetupOnly bool
+	Logger    *slog.Logger // the setup worker's logs (default: discarded)
+	Progress  io.Writer    // one line per step (default: discarded)
 }
 
 // DefaultRestoreOptions are the figures of docs/performance.md.
@@ -133,6 +138,18 @@ type RestoreRun struct {
 	StateBytes, SSTBytes int64
 	ExitCode             int
 	Log                  string // the worker's log file
+	// Floor is the transport floor measured just before the run: a plain
+	// kgo consumer reading the same changelog (restoreFloor).
+	Floor FloorRead
+}
+
+// FloorRatio is the run's time to ready over its floor's read time (0 when
+// unknown).
+func (r RestoreRun) FloorRatio() float64 {
+	if r.Floor.Took <= 0 {
+		return 0
+	}
+	return r.Ready.Seconds() / r.Floor.Took.Seconds()
 }
 
 // Rate is restored records per second of time to ready.
@@ -247,30 +264,71 @@ projections:
     events: {CaseOpened: merge, CaseUpdated: merge, CaseEscalated: merge, CaseClosed: delete}
 `
 
-// restoreSize sets one size up on its own broker and measures its runs.
+// restoreSize sets one size up on its own broker (or reuses the setup an
+// earlier invocation left in dir: restoreSetup) and measures its runs.
 func restoreSize(ctx context.Context, o RestoreOptions, dir string, n int) (RestoreSize, error) {
 	s := RestoreSize{Aggregates: n}
+	prepared, err := loadSetup(dir, o, n)
+	if err != nil {
+		return s, err
+	}
 	b, err := broker.Start(broker.Options{Dir: filepath.Join(dir, "broker"), Listen: "127.0.0.1:0", Partitions: o.Partitions})
 	if err != nil {
 		return s, err
 	}
 	defer b.Close()
+	if prepared != nil {
+		s = *prepared
+		fmt.Fprintf(o.Progress, "setup: %d aggregates: reusing the broker log of %s (%d input records, %d changelog records)\n", n, dir, s.Input, s.Changelog)
+	} else if err := restoreSetup(ctx, o, b, dir, &s); err != nil {
+		return s, err
+	}
+	if o.SetupOnly {
+		return s, nil
+	}
+	for i := range o.Runs {
+		floor, err := restoreFloor(ctx, b.Addr())
+		if err != nil {
+			return s, err
+		}
+		fmt.Fprintf(o.Progress, "%d aggregates, run %d/%d: floor: a plain consumer read %d committed changelog records in %s (%.0f/s); a fresh worker restores ...\n",
+			n, i+1, o.Runs, floor.Records, floor.Took.Round(time.Millisecond), floor.Rate())
+		run, err := restoreRun(ctx, o, b.Addr(), dir, n, i+1)
+		if err != nil {
+			return s, err
+		}
+		run.Floor = floor
+		fmt.Fprintf(o.Progress, "%d aggregates, run %d/%d: ready in %s, %d records restored (%.0f/s, %.2f× the floor's time), RSS %s when ready, peak %s\n",
+			n, i+1, o.Runs, run.Ready.Round(time.Millisecond), run.Restored, run.Rate(), run.FloorRatio(), mib(run.ReadyRSS), mib(run.PeakRSS))
+		if floor.Records != s.Changelog {
+			return s, fmt.Errorf("bench restore: the floor read %d changelog records, the setup counted %d", floor.Records, s.Changelog)
+		}
+		s.Runs = append(s.Runs, run)
+	}
+	return s, nil
+}
+
+// restoreSetup produces the input to b, runs the setup worker over it and
+// counts the changelog it leaves, then records the setup in dir
+// (saveSetup) for a later invocation with the same --dir to reuse.
+func restoreSetup(ctx context.Context, o RestoreOptions, b *broker.Embedded, dir string, s *RestoreSize) error {
+	n := s.Aggregates
 	brokers := []string{b.Addr()}
 	if err := testkit.CreateTopic(ctx, brokers, inputTopic, int32(o.Partitions)); err != nil {
-		return s, fmt.Errorf("bench restore: create %s: %w", inputTopic, err)
+		return fmt.Errorf("bench restore: create %s: %w", inputTopic, err)
 	}
-	if err := restoreProduce(ctx, o, brokers, &s); err != nil {
-		return s, err
+	if err := restoreProduce(ctx, o, brokers, s); err != nil {
+		return err
 	}
 	fmt.Fprintf(o.Progress, "setup: %d aggregates: running the worker over %d events ...\n", n, s.Input)
-	if err := restoreProcess(ctx, o, brokers, filepath.Join(dir, "setup-state"), &s); err != nil {
-		return s, err
+	if err := restoreProcess(ctx, o, brokers, filepath.Join(dir, "setup-state"), s); err != nil {
+		return err
 	}
 	t0 := time.Now()
-	err = topicread.Committed(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, processor.ChangelogTopic(restoreName, inputTopic),
+	err := topicread.Committed(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, processor.ChangelogTopic(restoreName, inputTopic),
 		func(*kgo.Record) { s.Changelog++ })
 	if err != nil {
-		return s, fmt.Errorf("bench restore: count the changelog: %w", err)
+		return fmt.Errorf("bench restore: count the changelog: %w", err)
 	}
 	// What the broker (and the rest of this process) holds while the
 	// workers run: the setup's generator and worker are gone.
@@ -280,17 +338,7 @@ func restoreSize(ctx context.Context, o RestoreOptions, dir string, n int) (Rest
 	s.BenchRSS = procStatus("self", "VmRSS")
 	fmt.Fprintf(o.Progress, "setup: %d aggregates: processed in %s; the changelog holds %d records (counted in %s); this process's RSS (the broker's) now %s\n",
 		n, s.Process.Round(time.Millisecond), s.Changelog, time.Since(t0).Round(time.Millisecond), mib(s.BenchRSS))
-	for i := range o.Runs {
-		fmt.Fprintf(o.Progress, "%d aggregates, run %d/%d: a fresh worker restores ...\n", n, i+1, o.Runs)
-		run, err := restoreRun(ctx, o, b.Addr(), dir, n, i+1)
-		if err != nil {
-			return s, err
-		}
-		fmt.Fprintf(o.Progress, "%d aggregates, run %d/%d: ready in %s, %d records restored (%.0f/s), RSS %s when ready, peak %s\n",
-			n, i+1, o.Runs, run.Ready.Round(time.Millisecond), run.Restored, run.Rate(), mib(run.ReadyRSS), mib(run.PeakRSS))
-		s.Runs = append(s.Runs, run)
-	}
-	return s, nil
+	return saveSetup(dir, o, *s)
 }
 
 // restoreProduce generates the input, one event per aggregate, in chunks

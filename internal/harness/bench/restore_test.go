@@ -14,7 +14,8 @@ import (
 // that it cannot rot: the real binary, started fresh on an empty state.dir,
 // becomes ready and has restored exactly the changelog's committed records
 // (Restore counts them read_committed after the setup); it exits 0 on
-// SIGTERM, and the figures are there.
+// SIGTERM, and the figures are there. A second invocation on the same
+// directory reuses the setup.
 func TestRestoreBenchSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -52,4 +53,23 @@ func TestRestoreBenchSmall(t *testing.T) {
 		t.Fatalf("report:\n%s", out.String())
 	}
 	t.Log("\n" + out.String())
+
+	// A second invocation on the same --dir reuses the setup (its
+	// figures are the recorded ones, the same changelog) and restores it
+	// again; one with other options refuses the directory.
+	again, err := Restore(ctx, RestoreOptions{Aggregates: []int{n}, Partitions: 2, Runs: 1, Chunk: 4_000, Binary: bin, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := again.Sizes[0]
+	if a.Process != s.Process || a.Changelog != s.Changelog || len(a.Runs) != 1 || a.Runs[0].Floor.Records != s.Changelog {
+		t.Fatalf("second invocation: setup processed in %s with %d changelog records, %d runs (floor read %+v); want the first's setup (%s, %d) reused and one run",
+			a.Process, a.Changelog, len(a.Runs), a.Runs, s.Process, s.Changelog)
+	}
+	if _, err := Restore(ctx, RestoreOptions{Aggregates: []int{n}, Partitions: 2, Runs: 1, Chunk: 4_000, Seed: 9, Binary: bin, Dir: dir}); err == nil || !strings.Contains(err.Error(), "not of these options") {
+		t.Fatalf("a setup of another seed in the same directory: %v, want it refused", err)
+	}
 }
