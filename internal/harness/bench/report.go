@@ -149,7 +149,7 @@ func (r *RestoreResult) Print(w io.Writer) {
 			s.Median(func(r RestoreRun) float64 { return float64(r.StateBytes) })/float64(s.Aggregates))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; floor: a plain kgo consumer in the bench's process reading the same committed changelog records from the same broker just before the run, ×floor: to ready / floor; RSS at ready: the worker's VmHWM once ready; peak RSS: its VmHWM over its life, sampled every 10 ms until it exited on SIGTERM; state dir: file sizes under state.dir after exit, of which sst: Pebble's tables (the processor's store has no WAL: the rest is Pebble's manifest and options files); bytes/agg: state dir / aggregates)")
+	fmt.Fprintln(w, "(to ready: process start until GET /readyz 200; records/s: restored changelog records over that time; floor: a plain kgo consumer in the bench's process reading the same committed changelog records from the same broker just before the run, ×floor: to ready / floor; RSS at ready: the worker's VmHWM once ready; peak RSS: its VmHWM over its life, sampled every 10 ms until it exited on SIGTERM; state dir: file sizes under state.dir after exit, of which sst: Pebble's tables (the processor's store has no WAL: the rest is Pebble's manifest and other metadata); bytes/agg: state dir / aggregates)")
 	if m := r.Mismatches(); len(m) > 0 {
 		fmt.Fprintf(w, "\nFAILED: %s\n", strings.Join(m, "; "))
 	} else {
