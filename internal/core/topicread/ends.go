@@ -127,7 +127,15 @@ func ClientOpts(o Options) []kgo.Opt {
 	if o.Uncommitted {
 		iso = kgo.ReadUncommitted()
 	}
-	return []kgo.Opt{kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords()}
+	// No fetch sessions: franz-go's Client.Close (v1.22.2 and v1.22.3)
+	// reads each source's session id without a lock while an in-flight
+	// fetch's response may still write it (fetchSession.bumpEpoch); the
+	// race detector caught it once in CI, a rebuild closing its offsets
+	// reader while the live worker's output was arriving. A killed session
+	// (what this option starts with) never writes the id. The reads here
+	// are short, over few partitions: the incremental fetches a session
+	// saves are nothing to them.
+	return []kgo.Opt{kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(), kgo.DisableFetchSessions()}
 }
 
 // denied names what a refused read of topics needs: Read, which implies the
