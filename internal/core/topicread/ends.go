@@ -132,9 +132,10 @@ func ClientOpts(o Options) []kgo.Opt {
 	// fetch's response may still write it (fetchSession.bumpEpoch); the
 	// race detector caught it once in CI, a rebuild closing its offsets
 	// reader while the live worker's output was arriving. A killed session
-	// (what this option starts with) never writes the id. The reads here
-	// are short, over few partitions: the incremental fetches a session
-	// saves are nothing to them.
+	// (what this option starts with) never writes the id. These clients
+	// (ranges read to an end, the ingress's receipts tail) each read one
+	// topic's few partitions: the incremental fetches a session saves are
+	// nothing to them.
 	return []kgo.Opt{kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(), kgo.DisableFetchSessions()}
 }
 
