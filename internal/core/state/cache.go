@@ -8,7 +8,8 @@ import (
 // valueCache keeps recently committed or read values in memory, so that the
 // per-event reads of hot aggregates skip Pebble's memtable and block cache.
 // It holds committed values only (a commit updates it after the batch is
-// durable; restores clear it), so a hit is exactly what Pebble would return.
+// durable; a restore forgets each key it writes), so a hit is exactly what
+// Pebble would return.
 // Eviction is arbitrary (Go's map order): cheap, and good enough for a cache
 // whose working set is "aggregates touched recently".
 //

@@ -522,18 +522,55 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	if err := b.Set(offsetKey(t), offsetValue(next, s.now()), nil); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}
-	if len(recs) > 0 {
-		s.cache.clear() // values the records replaced may be cached
-	} else {
-		// Only the position was re-stamped (MarkMatched): drop its cached
-		// value alone and leave every task's warm cache as it is.
-		ok := offsetKey(t)
-		s.cache.committed([]committedWrite{{key: string(ok), valued: true, hash: keyHash(ok)}}, s.cached != nil)
-	}
 	if err := b.Commit(s.commitOpts); err != nil {
 		return fmt.Errorf("state: restore %s: %w", t, err)
 	}
+	// Values the records replaced may be cached: forget exactly those keys
+	// (and the position), after the commit, so that a read between the two
+	// cannot cache the old value again. Other keys – another task's warm
+	// cache, written by the loop while a standby restores this one – stay.
+	s.forget(offsetKey(t))
+	for _, r := range recs {
+		key = append(append(key[:0], prefix...), r.Key...)
+		s.forget(key)
+	}
 	return nil
+}
+
+// forget drops key's cached value, if the value cache holds it.
+func (s *Store) forget(key []byte) {
+	if s.isCached(key) && s.valueCached(key) {
+		s.cache.committed([]committedWrite{{key: string(key), valued: true, hash: keyHash(key)}}, false)
+	}
+}
+
+// Positions returns the next changelog offset of every task the store holds a
+// position for (ChangelogPosition), read from Pebble now: what a standby
+// replica or a restart has to offer the group's balancer.
+func (s *Store) Positions() (map[Task]int64, error) {
+	out := make(map[Task]int64)
+	err := s.Scan([]byte{'o'}, func(k, v []byte) error {
+		t, ok := parseTaskPrefix(k[1:])
+		if !ok || (len(v) != 8 && len(v) != 16) {
+			return fmt.Errorf("state: corrupt changelog position under key %q", k)
+		}
+		out[t] = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	return out, err
+}
+
+// parseTaskPrefix reads the task of a key that is exactly a task prefix
+// (Task.AppendPrefix).
+func parseTaskPrefix(p []byte) (Task, bool) {
+	if len(p) < 3 || p[0] != 't' {
+		return Task{}, false
+	}
+	n := int(binary.BigEndian.Uint16(p[1:3]))
+	if len(p) != 3+n+4 {
+		return Task{}, false
+	}
+	return Task{Topic: string(p[3 : 3+n]), Partition: int32(binary.BigEndian.Uint32(p[3+n:]))}, true
 }
 
 // Record is one changelog entry: a key below a task prefix and its value (nil

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -396,5 +397,85 @@ func TestMarkMatchedRestampsWithoutClearingTheCache(t *testing.T) {
 	}
 	if v, ok := cachedValue(st, agg); !ok || string(v) != "v1" {
 		t.Fatalf("MarkMatched dropped a cached value: %q %v", v, ok)
+	}
+}
+
+// TestRestoreForgetsOnlyItsKeys: a restore batch drops the cached values of
+// the keys it writes – a read afterwards sees the restored value, not the one
+// cached before – and leaves another task's cached values in place (a standby
+// replica restores tasks the loop does not own while the loop's hot
+// aggregates stay cached).
+func TestRestoreForgetsOnlyItsKeys(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	owned, standby := Task{Topic: "in", Partition: 0}, Task{Topic: "in", Partition: 1}
+	hot, replaced := append(owned.Prefix(), "a1"...), append(standby.Prefix(), "a1"...)
+	txn := st.NewTxn()
+	txn.Set(hot, []byte("hot"))
+	txn.Set(replaced, []byte("old"))
+	txn.SetChangelogOffset(owned, 3)
+	txn.SetChangelogOffset(standby, 3)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range [][]byte{hot, replaced} {
+		if _, ok, err := st.Get(k); !ok || err != nil { // a read caches it
+			t.Fatalf("get %q: %v %v", k, ok, err)
+		}
+	}
+	if err := st.Restore(standby, []Record{{Key: []byte("a1"), Value: []byte("new")}}, 9); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := st.Get(replaced); err != nil || !ok || string(v) != "new" {
+		t.Fatalf("restored key reads %q (%v %v), want new", v, ok, err)
+	}
+	if v, ok := cachedValue(st, hot); !ok || string(v) != "hot" {
+		t.Fatalf("a restore of %s dropped %s's cached value: %q %v", standby, owned, v, ok)
+	}
+	if next, err := st.ChangelogOffset(standby); err != nil || next != 9 {
+		t.Fatalf("position after restore: %d %v, want 9", next, err)
+	}
+	if err := st.Restore(standby, []Record{{Key: []byte("a1")}}, 10); err != nil { // a tombstone
+		t.Fatal(err)
+	}
+	if v, ok, err := st.Get(replaced); err != nil || ok {
+		t.Fatalf("deleted key reads %q (%v %v), want nothing", v, ok, err)
+	}
+}
+
+// TestPositions lists every task's stored changelog offset, and nothing for
+// a task reset or never seen.
+func TestPositions(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a, b, c := Task{Topic: "in", Partition: 0}, Task{Topic: "orders", Partition: 7}, Task{Topic: "in", Partition: 2}
+	txn := st.NewTxn()
+	txn.Set(append(a.Prefix(), 'k'), []byte("v"))
+	txn.SetChangelogOffset(a, 5)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Restore(b, []Record{{Key: []byte("k"), Value: []byte("v")}}, 1234567890123); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Restore(c, nil, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reset(c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Positions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[Task]int64{a: 5, b: 1234567890123}
+	if !maps.Equal(got, want) {
+		t.Fatalf("positions %v, want %v", got, want)
 	}
 }
