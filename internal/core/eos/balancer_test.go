@@ -1,18 +1,24 @@
 package eos
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 func task(topic string, p int32) state.Task { return state.Task{Topic: topic, Partition: p} }
@@ -445,5 +451,162 @@ func TestBalancerUndecodableMember(t *testing.T) {
 	syncBad.UserData = []byte{standbyDataVersion, 1}
 	if _, err := b.ParseSyncAssignment(syncBad.AppendTo(nil)); !errors.Is(err, errStandbyData) {
 		t.Fatalf("bad standby tasks in the sync assignment: %v", err)
+	}
+}
+
+// groupMember is a plain kgo group consumer with the standby balancer,
+// recording its active partitions (from the callbacks) and its last standby
+// list (from assigned).
+type groupMember struct {
+	name    string
+	cl      *kgo.Client
+	mu      sync.Mutex
+	active  map[state.Task]bool
+	standby []state.Task
+	synced  bool
+}
+
+func startGroupMember(t *testing.T, addrs []string, name string, pos map[state.Task]int64) *groupMember {
+	t.Helper()
+	gm := &groupMember{name: name, active: make(map[state.Task]bool)}
+	change := func(add bool) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			gm.mu.Lock()
+			defer gm.mu.Unlock()
+			for topic, ps := range m {
+				for _, p := range ps {
+					if add {
+						gm.active[task(topic, p)] = true
+					} else {
+						delete(gm.active, task(topic, p))
+					}
+				}
+			}
+		}
+	}
+	assigned := func(s []state.Task) {
+		gm.mu.Lock()
+		defer gm.mu.Unlock()
+		gm.standby, gm.synced = s, true
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ClientID(name), // member ids start with it: member order
+		kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"),
+		kgo.Balancers(newStandbyBalancer(1, func() map[state.Task]int64 { return pos }, assigned), kgo.CooperativeStickyBalancer()),
+		kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(6*time.Second),
+		kgo.OnPartitionsAssigned(change(true)), kgo.OnPartitionsRevoked(change(false)), kgo.OnPartitionsLost(change(false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gm.cl = cl
+	t.Cleanup(cl.Close) // Close is idempotent
+	return gm
+}
+
+// snapshot is the member's active tasks (sorted) and standby tasks.
+func (gm *groupMember) snapshot() (active, standby []state.Task, synced bool) {
+	gm.mu.Lock()
+	defer gm.mu.Unlock()
+	active = slices.SortedFunc(maps.Keys(gm.active), compareTasks)
+	return active, slices.Clone(gm.standby), gm.synced
+}
+
+// settled reports whether the members' active tasks cover in/0..in/3 once
+// each and their standby lists give each task min(1, members−1) standby
+// members other than its active one: a state the group only reaches once
+// both cooperative rounds are done and every member has synced.
+func settled(members ...*groupMember) bool {
+	activeOf := make(map[state.Task]string)
+	standbys := make(map[state.Task][]string)
+	for _, gm := range members {
+		active, standby, synced := gm.snapshot()
+		if !synced {
+			return false
+		}
+		for _, tk := range active {
+			if activeOf[tk] != "" {
+				return false
+			}
+			activeOf[tk] = gm.name
+		}
+		for _, tk := range standby {
+			standbys[tk] = append(standbys[tk], gm.name)
+		}
+	}
+	for p := range int32(4) {
+		tk := task("in", p)
+		s := standbys[tk]
+		if activeOf[tk] == "" || len(s) != min(1, len(members)-1) || slices.Contains(s, activeOf[tk]) {
+			return false
+		}
+	}
+	return true
+}
+
+func describe(members ...*groupMember) string {
+	var b strings.Builder
+	for _, gm := range members {
+		active, standby, synced := gm.snapshot()
+		fmt.Fprintf(&b, "%s active %v standby %v synced %v; ", gm.name, active, standby, synced)
+	}
+	return b.String()
+}
+
+// TestBalancerKfakeGroup runs three kgo consumers with the standby balancer
+// on kfake: a alone owns in/0..3; b and c join (a keeps in/0 and in/1, its
+// share, and revokes the rest cooperatively); then a leaves and its tasks go
+// to the member whose store holds them (in/0: c, in/1: b), where member
+// order alone (b before c, both holding one task) would give in/0 to b.
+// Standby lists arrive through assigned on every sync.
+func TestBalancerKfakeGroup(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wait := func(what string, members ...*groupMember) {
+		t.Helper()
+		if err := testkit.WaitFor(ctx, 20*time.Second, func() bool { return settled(members...) }); err != nil {
+			t.Fatalf("%s: %v: %s", what, err, describe(members...))
+		}
+	}
+
+	a := startGroupMember(t, c.ListenAddrs(), "a", nil)
+	wait("a alone", a)
+	if active, standby, _ := a.snapshot(); len(active) != 4 || standby != nil {
+		t.Fatalf("a alone: active %v standby %v", active, standby)
+	}
+
+	b := startGroupMember(t, c.ListenAddrs(), "b", map[state.Task]int64{task("in", 1): 40})
+	cc := startGroupMember(t, c.ListenAddrs(), "c", map[state.Task]int64{task("in", 0): 40})
+	wait("a, b and c", a, b, cc)
+	if active, _, _ := a.snapshot(); !slices.Equal(active, tasksOf("in", 0, 1)) {
+		t.Fatalf("a kept %v, want in/0 and in/1: %s", active, describe(a, b, cc))
+	}
+	// The standby of in/0 is c and of in/1 is b: their stores hold them.
+	if _, s, _ := cc.snapshot(); !slices.Contains(s, task("in", 0)) {
+		t.Fatalf("c not standby of in/0: %s", describe(a, b, cc))
+	}
+	if _, s, _ := b.snapshot(); !slices.Contains(s, task("in", 1)) {
+		t.Fatalf("b not standby of in/1: %s", describe(a, b, cc))
+	}
+	groups, err := kadm.NewClient(a.cl).DescribeGroups(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := groups["g"].Protocol; got != standbyProtocol {
+		t.Fatalf("group protocol %q, want %q", got, standbyProtocol)
+	}
+
+	a.cl.Close() // leaves the group
+	wait("b and c after a left", b, cc)
+	bActive, bStandby, _ := b.snapshot()
+	cActive, cStandby, _ := cc.snapshot()
+	if len(bActive) != 2 || len(cActive) != 2 || !slices.Contains(bActive, task("in", 1)) || !slices.Contains(cActive, task("in", 0)) {
+		t.Fatalf("want in/1 on b and in/0 on c, two each: %s", describe(b, cc))
+	}
+	if !slices.Equal(bStandby, cActive) || !slices.Equal(cStandby, bActive) {
+		t.Fatalf("each must be the other's standby: %s", describe(b, cc))
 	}
 }
