@@ -70,8 +70,9 @@ func newPlanner(members []member, partitions map[string]int32) *planner {
 // up to their ceiling. With equal interests that is the balance rule exactly
 // (floor(n/m), and n mod m members at ceil(n/m)), and every task finds a
 // member with room. With mixed interests the shares are a sensible target,
-// not a guarantee: a task whose readers are all full goes to the one with
-// fewest tasks (placeByPosition).
+// not a guarantee: a task whose readers are all full still goes to the
+// reader that ranks first for it (placeByPosition), so that every task has an
+// active member (rule 1 before rule 2).
 func (p *planner) quotas(partitions map[string]int32) {
 	p.lo, p.hi = make([]int, len(p.members)), make([]int, len(p.members))
 	p.extra = len(p.tasks)
