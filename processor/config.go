@@ -111,6 +111,13 @@ type Config struct {
 	// StartOffset is where a group with no committed offsets starts (default
 	// the earliest offset; a rebuild --from a time uses AfterMilli).
 	StartOffset *kgo.Offset
+	// StandbyReplicas is how many other instances keep a standby copy of
+	// each input partition's state, tailing its changelog, so that one
+	// taking the partition over restores only what it has not read yet
+	// (docs/decisions/017). The group then gives each partition to the
+	// instance whose state is furthest along. 0 (the default): none. Live
+	// mode only.
+	StandbyReplicas int
 
 	// seams: what only the repository's own code sets (internal/core/seam).
 	seams seam.Seams

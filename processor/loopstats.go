@@ -38,6 +38,23 @@ func (s *Stats) Transactions(result string) int64 { return s.loop.Transactions(r
 // Restored is the number of changelog records restored into the store.
 func (s *Stats) Restored() int64 { return s.loop.Restored() }
 
+// StandbyStats are the standby replicas' figures (Config.StandbyReplicas).
+type StandbyStats struct {
+	// Partitions is how many input partitions this instance keeps a
+	// standby copy of; CaughtUp how many of those reached their changelog's
+	// end, as listed when their last read started.
+	Partitions, CaughtUp int
+	// Records counts the changelog records the standby reads wrote into
+	// the store (not counted in Restored).
+	Records int64
+}
+
+// Standby returns the standby replicas' figures.
+func (s *Stats) Standby() StandbyStats {
+	p, c, r := s.loop.Standby()
+	return StandbyStats{Partitions: p, CaughtUp: c, Records: r}
+}
+
 // RestoreRetries counts restore attempts repeated after a broker error.
 func (s *Stats) RestoreRetries() int64 { return s.loop.RestoreRetries() }
 

@@ -155,6 +155,9 @@ func New(cfg Config) (*Processor, error) {
 	// Nothing outside the processor waits on its commit hooks (counts, the
 	// gap index), so the Pebble write overlaps the next transaction.
 	lc.AsyncCommit = true
+	if cfg.Mode == Live {
+		lc.StandbyReplicas = cfg.StandbyReplicas
+	}
 	p.loop = eos.New(lc, (*pipeline)(p))
 	return p, nil
 }

@@ -167,6 +167,10 @@ type State struct {
 	// CacheSize is the block cache size; default 64MiB. YAML: bytes as an
 	// integer, or a size such as "64MiB", "1GiB", "500MB".
 	CacheSize ByteSize `yaml:"cacheSize"`
+	// StandbyReplicas is how many other instances keep a standby copy of
+	// each input partition's state (processor.Config.StandbyReplicas);
+	// default 0.
+	StandbyReplicas int `yaml:"standbyReplicas"`
 }
 
 // Dedup configures the event-id store.

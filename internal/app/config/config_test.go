@@ -45,7 +45,7 @@ kafka:
   sessionTimeout: 1m
   tls: {enabled: true, caFile: ca.pem, certFile: c.pem, keyFile: k.pem, serverName: kafka, insecureSkipVerify: false}
   sasl: {mechanism: SCRAM-SHA-512, username: u, password: "p#w: x"}
-state: {dir: /tmp/state, cacheSize: 1GiB}
+state: {dir: /tmp/state, cacheSize: 1GiB, standbyReplicas: 2}
 dedup: {retention: 7d}
 gaps: {holdTimeout: 1m, onTimeout: skip, maxHeldPerAggregate: 5}
 projections:
@@ -195,6 +195,7 @@ func TestDefaults(t *testing.T) {
 		{"kafka.embeddedBroker.partitions", c.Kafka.EmbeddedBroker.Partitions, 4},
 		{"state.dir", c.State.Dir, "./data/p1"},
 		{"state.cacheSize", c.State.CacheSize, ByteSize(64 << 20)},
+		{"state.standbyReplicas", c.State.StandbyReplicas, 0},
 		{"dedup.retention", c.Dedup.Retention, Duration(168 * time.Hour)},
 		{"gaps.holdTimeout", c.Gaps.HoldTimeout, Duration(5 * time.Minute)},
 		{"gaps.onTimeout", c.Gaps.OnTimeout, "wait"},
@@ -230,7 +231,7 @@ sideEffects:
 		*c.Kafka.TLS != (TLS{Enabled: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", ServerName: "kafka"}) ||
 		!c.Kafka.TLSEnabled() ||
 		*c.Kafka.SASL != (SASL{Mechanism: "SCRAM-SHA-512", Username: "u", Password: "p#w: x"}) ||
-		c.State != (State{Dir: "/tmp/state", CacheSize: 1 << 30}) ||
+		c.State != (State{Dir: "/tmp/state", CacheSize: 1 << 30, StandbyReplicas: 2}) ||
 		c.Dedup.Retention != Duration(7*24*time.Hour) ||
 		c.Gaps != (Gaps{HoldTimeout: Duration(time.Minute), OnTimeout: "skip", MaxHeldPerAggregate: 5}) ||
 		c.Projections[0].IsVersioned() || !slices.Equal(c.Projections[0].AggregateTypes, []string{"Case"}) ||
@@ -322,6 +323,8 @@ func TestValidate(t *testing.T) {
 		}},
 		{"state.dir", func(c *Config) { c.State.Dir = "" }},
 		{"state.cacheSize", func(c *Config) { c.State.CacheSize = -1 }},
+		{"state.standbyReplicas", func(c *Config) { c.State.StandbyReplicas = -1 }},
+		{"state.standbyReplicas", func(c *Config) { c.State.StandbyReplicas = 17 }},
 		{"dedup.retention", func(c *Config) { c.Dedup.Retention = -1 }},
 		{"gaps.holdTimeout", func(c *Config) { c.Gaps.HoldTimeout = -1 }},
 		{"gaps.onTimeout", func(c *Config) { c.Gaps.OnTimeout = "drop" }},

@@ -69,6 +69,7 @@ func (c *Config) Validate() error {
 	if c.State.CacheSize < 0 {
 		l.add("state.cacheSize", "must be positive, got %d", int64(c.State.CacheSize))
 	}
+	between(&l, "state.standbyReplicas", c.State.StandbyReplicas, 0, 16)
 	positive(&l, "dedup.retention", c.Dedup.Retention)
 	positive(&l, "gaps.holdTimeout", c.Gaps.HoldTimeout)
 	oneOf(&l, "gaps.onTimeout", c.Gaps.OnTimeout, OnTimeoutWait, OnTimeoutSkip, OnTimeoutDeadLetter)

@@ -14,7 +14,8 @@ type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	m := c.m
-	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries, m.held} {
+	for _, d := range []*prometheus.Desc{m.events, m.gapsOpen, m.gapOldest, m.effects, m.pending, m.txns, m.lag, m.restored, m.dlq, m.ready, m.assigned, m.lagErrors, m.missing, m.restoreRetries, m.held,
+		m.standby, m.standbyCaught, m.standbyRecords} {
 		ch <- d
 	}
 }
@@ -157,4 +158,8 @@ func (c collector) collectLoops(e emitter) {
 	}
 	e.counter(m.restoreRetries, retries)
 	e.counter(m.held, m.proc.HeldTransactions())
+	sb := m.proc.Standby()
+	e.gauge(m.standby, float64(sb.Partitions))
+	e.gauge(m.standbyCaught, float64(sb.CaughtUp))
+	e.counter(m.standbyRecords, sb.Records)
 }

@@ -91,6 +91,8 @@ type Source interface {
 	// HeldTransactions counts the transactions aborted because a record
 	// had to wait (projector_held_transactions_total).
 	HeldTransactions() int64
+	// Standby is the standby replicas' state (projector_standby_*).
+	Standby() processor.StandbyStats
 }
 
 // ExecutorSource is the side-effect executor's counters by label; Executor
@@ -218,6 +220,7 @@ type Metrics struct {
 
 	events, gapsOpen, gapOldest, effects, pending, txns, lag, restored, dlq, ready, assigned, lagErrors *prometheus.Desc
 	missing, restoreRetries, held                                                                       *prometheus.Desc
+	standby, standbyCaught, standbyRecords                                                              *prometheus.Desc
 
 	proc  Source // never nil: zeroSource without a processor
 	loops []Loop // the loops present
@@ -272,6 +275,12 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		restoreRetries: desc("restore_retries_total", "Restore attempts repeated after a transient broker error."),
 		held: desc("held_transactions_total",
 			"Transactions aborted because a record had to wait (the Schema Registry was unavailable); their records are processed again."),
+		standby: desc("standby_partitions",
+			"Input partitions this instance keeps a standby copy of (state.standbyReplicas)."),
+		standbyCaught: desc("standby_caught_up_partitions",
+			"Standby partitions whose last read reached their changelog's end."),
+		standbyRecords: desc("standby_records_total",
+			"Changelog records the standby replicas wrote into the state store."),
 	}
 	if !isNil(o.Processor) {
 		m.proc = o.Processor
@@ -399,6 +408,7 @@ func (zeroSource) Ready() bool                            { return false }
 func (zeroSource) MissingInputs() []string                { return nil }
 func (zeroSource) RestoreRetries() int64                  { return 0 }
 func (zeroSource) HeldTransactions() int64                { return 0 }
+func (zeroSource) Standby() processor.StandbyStats        { return processor.StandbyStats{} }
 func (zeroSource) Assigned() []processor.Partition        { return nil }
 func (zeroSource) Gaps() map[string]processor.GapSummary  { return nil }
 func (zeroSource) Observe(func(processor.TxnObservation)) {}

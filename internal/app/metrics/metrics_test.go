@@ -37,6 +37,7 @@ type fakeSource struct {
 	// status; "txns", result).
 	counts    map[string]int64
 	restored  int64
+	standby   processor.StandbyStats
 	ready     bool
 	assigned  []processor.Partition
 	gaps      map[string]processor.GapSummary
@@ -77,6 +78,9 @@ func (f *fakeSource) Restored() int64             { return locked(f, func() int6
 func (f *fakeSource) MissingInputs() []string     { return nil }
 func (f *fakeSource) RestoreRetries() int64       { return 0 }
 func (f *fakeSource) HeldTransactions() int64     { return 0 }
+func (f *fakeSource) Standby() processor.StandbyStats {
+	return locked(f, func() processor.StandbyStats { return f.standby })
+}
 
 func (f *fakeSource) Ready() bool { return locked(f, func() bool { return f.ready }) }
 func (f *fakeSource) Assigned() []processor.Partition {
@@ -167,6 +171,8 @@ func TestEverySeriesExistsAtZero(t *testing.T) {
 		"projector_gap_oldest_seconds":    2,
 		"projector_side_effects_pending":  1,
 		"projector_restore_records_total": 1,
+		"projector_standby_partitions":    1,
+		"projector_standby_records_total": 1,
 		"projector_transaction_seconds":   1,
 		"projector_consumer_lag":          2,
 		"projector_ready":                 1,
@@ -228,6 +234,7 @@ func TestExactValues(t *testing.T) {
 	f.set(4, "effects", "sla-breach-email", "enqueued")
 	f.set(5, "effects", "sla-breach-email", "suppressed")
 	f.restored = 42
+	f.standby = processor.StandbyStats{Partitions: 2, CaughtUp: 1, Records: 77}
 	f.ready = true
 	f.assigned = []processor.Partition{{Topic: "events", Partition: 1}}
 	f.gaps = map[string]processor.GapSummary{"sla": {Open: 2, Oldest: now.Add(-90 * time.Second)}}
@@ -265,6 +272,9 @@ func TestExactValues(t *testing.T) {
 		"projector_transaction_seconds_count":                                     3,
 		"projector_transaction_seconds_sum":                                       0.1,
 		"projector_restore_records_total":                                         50,
+		"projector_standby_partitions":                                            2,
+		"projector_standby_caught_up_partitions":                                  1,
+		"projector_standby_records_total":                                         77,
 		"projector_gaps_open{projection=sla}":                                     2,
 		"projector_gap_oldest_seconds{projection=sla}":                            90,
 		"projector_gaps_open{projection=case-overview}":                           0,

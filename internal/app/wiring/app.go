@@ -347,6 +347,7 @@ func (a *App) newProcessor(cfg *config.Config, o Options, d derived, copts []kgo
 		Mode: o.Mode,
 	}
 	pc.MaxRecordsPerTxn = cfg.Kafka.MaxRecordsPerTransaction
+	pc.StandbyReplicas = cfg.State.StandbyReplicas
 	pc.InputFormats, pc.SchemaRegistry = InputFormats(cfg)
 	if in := cfg.Ingress; in != nil {
 		pc.ReceiptsTopic, pc.ClaimsTopic, pc.IngressTopic = in.ReceiptsTopic, in.ClaimsTopic, in.Topic

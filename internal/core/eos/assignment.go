@@ -116,6 +116,7 @@ func (l *Loop[T]) dropLost() {
 			l.mu.Lock()
 			delete(l.fetched, id)
 			delete(l.groupCommitted, id)
+			l.standbyChanged = true // it may be tailed now (updateStandby)
 			l.mu.Unlock()
 			l.needReset = true
 		}
@@ -150,6 +151,13 @@ func (l *Loop[T]) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]in
 	// kgo calls this after every completed join, also when nothing new is
 	// assigned: the member is in the group (readiness with no partitions).
 	l.joined = true
+	if l.cfg.StandbyReplicas > 0 && !l.standbySynced {
+		// The group balanced with another protocol (cooperative-sticky,
+		// while a member of an older version is in it): no standby tasks
+		// were assigned, so the last ones given are no longer anyone's.
+		l.standbyWant, l.standbyChanged = nil, true
+	}
+	l.standbySynced = false
 	for t, parts := range m {
 		for _, part := range parts {
 			id := state.Task{Topic: t, Partition: part}
@@ -260,6 +268,9 @@ func (l *Loop[T]) syncAssignment(ctx context.Context, r *restorer) error {
 	}
 	if len(revoked) > 0 {
 		l.needReset = true
+	}
+	if err := l.updateStandby(pending, len(revoked) > 0); err != nil {
+		return err
 	}
 	if len(pending) == 0 {
 		return nil

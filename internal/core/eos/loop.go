@@ -138,6 +138,12 @@ type Config struct {
 	// restore and before Run returns. Off, they run before transact returns
 	// (the executor's Runners wait on them).
 	AsyncCommit bool
+	// StandbyReplicas is how many other members keep a standby copy of each
+	// task's state, tailing its changelog (standby.go, docs/decisions/017);
+	// the group's balancer then assigns standby tasks and gives each task to
+	// the member whose store is furthest along its changelog (balancer.go).
+	// 0: no standbys, and kgo's cooperative-sticky balancer.
+	StandbyReplicas int
 }
 
 // Hooks let tests stop the loop at precise points of a transaction.
@@ -190,6 +196,18 @@ type Loop[T TaskHandler] struct {
 	writers  sync.WaitGroup
 	// held: transactions abort on a HoldError (hold.go); nil otherwise.
 	held *holding
+
+	// standbyWant is this member's standby tasks as the group's last sync
+	// gave them (under mu; the balancer's callback sets it, and
+	// standbyChanged); sb tails them (nil: no standby replicas). The loop
+	// hands sb the wanted tasks it does not own (updateStandby).
+	standbyWant    map[state.Task]bool
+	standbyChanged bool
+	// standbySynced: the balancer delivered standby tasks since the last
+	// assignment callback (kgo parses a sync's assignment before it calls
+	// onAssigned).
+	standbySynced bool
+	sb            *standby
 }
 
 // New returns a loop; call Run once.
@@ -265,6 +283,13 @@ func (l *Loop[T]) Run(ctx context.Context) (err error) {
 		}
 	}()
 	r := l.newRestorer(rc)
+	if l.cfg.StandbyReplicas > 0 {
+		stop, err := l.startStandby(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	for {
 		if ctx.Err() != nil {
 			return nil

@@ -24,6 +24,9 @@ type restorer struct {
 	cl     *kgo.Client
 	// retentions caches each changelog topic's delete.retention.ms.
 	retentions map[string]retention
+	// standby: the restorer tails standby tasks (standby.go): its records
+	// count as Stats.Standby's, and each read logs at debug level.
+	standby bool
 }
 
 const restoreChunk = 10000
@@ -215,7 +218,11 @@ func (r *restorer) restoreTask(ctx context.Context, id state.Task, topic string,
 		return n, err
 	}
 	if n > 0 {
-		r.cfg.Logger.Info("restored state from changelog", "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
+		log := r.cfg.Logger.Info
+		if r.standby {
+			log = r.cfg.Logger.Debug
+		}
+		log("restored state from changelog", "standby", r.standby, "task", id.String(), "records", n, "from", from, "to", end, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return n, nil
 }
@@ -368,7 +375,11 @@ func (c *changelogRead) write() error {
 	if err := c.r.cfg.Store.Restore(c.id, c.chunk, c.next); err != nil {
 		return err
 	}
-	c.r.stats.addRestored(c.recs)
+	if c.r.standby {
+		c.r.stats.addStandbyRestored(c.recs)
+	} else {
+		c.r.stats.addRestored(c.recs)
+	}
 	c.chunk, c.recs = c.chunk[:0], 0
 	return nil
 }

@@ -111,6 +111,14 @@ func (l *Loop[T]) sessionOpts() []kgo.Opt {
 	if l.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(l.cfg.InstanceID))
 	}
+	if l.cfg.StandbyReplicas > 0 {
+		// Listed second, cooperative-sticky keeps a group of members of an
+		// older version (and a rolling upgrade) balanced: the group uses
+		// the first protocol every member names.
+		opts = append(opts, kgo.Balancers(
+			newStandbyBalancer(l.cfg.StandbyReplicas, l.positions, l.onStandby),
+			kgo.CooperativeStickyBalancer()))
+	}
 	opts = append(opts, ClientTuning()...)
 	if l.cfg.MaxRecordBytes > 0 {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(MaxBatchBytes(l.cfg.MaxRecordBytes))))

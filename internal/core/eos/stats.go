@@ -18,10 +18,15 @@ type Stats struct {
 	txnTime  []time.Duration // recent committed transaction durations (ring)
 	restored int64
 	retries  int64 // restore attempts repeated after a broker error
-	holds    int64 // transactions aborted on a HoldError
-	assigned map[state.Task]bool
-	ready    bool
-	reason   string // why not ready
+	// standby: the standby tasks (standby.go), how many of them reached
+	// their changelog's end in their last read, and the changelog records
+	// their reads wrote.
+	standbyTasks, standbyCaught int
+	standbyRestored             int64
+	holds                       int64 // transactions aborted on a HoldError
+	assigned                    map[state.Task]bool
+	ready                       bool
+	reason                      string // why not ready
 	// readyCh is closed while ready and replaced by an open one when the
 	// loop stops being ready (WaitReady).
 	readyCh   chan struct{}
@@ -61,6 +66,32 @@ func (s *Stats) addRestored(n int) {
 	s.mu.Lock()
 	s.restored += int64(n)
 	s.mu.Unlock()
+}
+
+func (s *Stats) addStandbyRestored(n int) {
+	s.mu.Lock()
+	s.standbyRestored += int64(n)
+	s.mu.Unlock()
+}
+
+// setStandby records the standby task count (tasks < 0: unchanged) and how
+// many are caught up.
+func (s *Stats) setStandby(tasks, caught int) {
+	s.mu.Lock()
+	if tasks >= 0 {
+		s.standbyTasks = tasks
+	}
+	s.standbyCaught = caught
+	s.mu.Unlock()
+}
+
+// Standby reports the standby replicas' state: the standby tasks, how many
+// of them reached their changelog's end (as listed when their last read
+// started), and the changelog records the standby reads have written.
+func (s *Stats) Standby() (tasks, caughtUp int, records int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.standbyTasks, s.standbyCaught, s.standbyRestored
 }
 
 func (s *Stats) setAssigned(id state.Task, on bool) {
