@@ -144,6 +144,12 @@ type Config struct {
 	// the member whose store is furthest along its changelog (balancer.go).
 	// 0: no standbys, and kgo's cooperative-sticky balancer.
 	StandbyReplicas int
+	// StandbyTidy, when set, runs after each read of a standby task that
+	// reached its changelog's end, on the standby's goroutine (never for a
+	// task the loop owns): the local deletions the owner's transactions make
+	// that no changelog record tells a standby (the processor's expired
+	// dedup entries). An error is retried as a failed read is.
+	StandbyTidy func(t state.Task, now time.Time) error
 }
 
 // Hooks let tests stop the loop at precise points of a transaction.
@@ -350,6 +356,11 @@ func (l *Loop[T]) revokeAll() {
 // dropped silently go, a swallowed revoke is made visible again, and a
 // Pebble write that landed meanwhile gets its hooks run.
 func (l *Loop[T]) tidy() error {
+	if l.sb != nil {
+		if err := l.sb.err(); err != nil {
+			return fmt.Errorf("eos: standby replica: %w", err)
+		}
+	}
 	l.dropLost()
 	if l.needReset {
 		// No records are in hand here: an empty abort cannot rewind

@@ -33,14 +33,30 @@ import (
 // writes touch no key the loop reads, and a restore forgets exactly the
 // cached values it replaces (state.Store.Restore).
 //
+// A task's read that fails (a broker error, a corrupt record, a stall) is
+// logged and retried on its own, with backoff; the other tasks go on. A
+// failed store (state.ErrFatal) stops the loop (err). After each read that
+// reached the end, Config.StandbyTidy runs for the task: what the owner's
+// transactions would have deleted locally (expired dedup entries) and no
+// changelog record tells a standby.
+//
 // Goroutines: run owns the reading and the restorer's client; set is called
-// from the loop goroutine.
+// from the loop goroutine, err from any.
 type standby struct {
 	r   *restorer
 	cfg *Config
 
 	mu   sync.Mutex
 	want map[state.Task]bool // the tasks to tail, as the loop last set them
+	// gen counts the calls of set; since holds, per wanted task, the gen in
+	// which it (re)entered the set. A round reads only the tasks wanted
+	// since before it listed the changelogs' offsets: a task that left and
+	// came back meanwhile may have been written by the loop past the
+	// offsets listed, and against those the store would look ahead of its
+	// changelog (and be reset). The next round, which set starts at once,
+	// reads it.
+	gen   uint64
+	since map[state.Task]uint64
 	// cur is the task run is reading now (curOn), with the cancel of that
 	// read and a channel closed when it has stopped.
 	cur       state.Task
@@ -50,32 +66,47 @@ type standby struct {
 	// caught holds the tasks whose last read reached the end the round
 	// listed (Stats.Standby's caught-up count).
 	caught map[state.Task]bool
+	// retry holds the tasks whose last read failed: not read again before
+	// at, and the backoff after the next failure.
+	retry map[state.Task]retryAt
+	fatal error // a failed store: the loop stops with it (err)
 
 	changed chan struct{} // set changed the tasks: run starts a round now
+}
+
+// retryAt is when a task whose read failed is read again, and the backoff
+// that follows a further failure.
+type retryAt struct {
+	at      time.Time
+	backoff time.Duration
 }
 
 // standbyInterval is how long run waits between rounds when nothing changed:
 // the most a standby trails its changelog by, beyond the time a round takes.
 const standbyInterval = 250 * time.Millisecond
 
-// standbyBackoffMax bounds the wait after a failed round.
+// standbyBackoffMax bounds the wait before a failed task is read again.
 const standbyBackoffMax = 30 * time.Second
 
 func newStandby(r *restorer) *standby {
-	return &standby{r: r, cfg: r.cfg, want: map[state.Task]bool{}, caught: map[state.Task]bool{},
-		changed: make(chan struct{}, 1)}
+	return &standby{r: r, cfg: r.cfg, want: map[state.Task]bool{}, since: map[state.Task]uint64{},
+		caught: map[state.Task]bool{}, retry: map[state.Task]retryAt{}, changed: make(chan struct{}, 1)}
 }
 
 // set replaces the standby tasks. A task leaving the set stops being read
 // before set returns: its store is then the loop's alone.
 func (s *standby) set(tasks map[state.Task]bool) {
 	s.mu.Lock()
-	s.want = tasks
-	for id := range s.caught {
-		if !tasks[id] {
-			delete(s.caught, id)
+	s.gen++
+	for id := range tasks {
+		if !s.want[id] {
+			s.since[id] = s.gen
 		}
 	}
+	s.want = tasks
+	maps.DeleteFunc(s.caught, func(id state.Task, _ bool) bool { return !tasks[id] })
+	maps.DeleteFunc(s.since, func(id state.Task, _ uint64) bool { return !tasks[id] })
+	maps.DeleteFunc(s.retry, func(id state.Task, _ retryAt) bool { return !tasks[id] })
 	var wait chan struct{}
 	if s.curOn && !tasks[s.cur] {
 		s.curCancel()
@@ -92,6 +123,13 @@ func (s *standby) set(tasks map[state.Task]bool) {
 	}
 }
 
+// err is the store failure that stopped the standby, if any.
+func (s *standby) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fatal
+}
+
 // caughtUp counts the standby tasks whose last read reached the changelog's
 // end as listed at its start.
 func (s *standby) caughtUp() int {
@@ -100,33 +138,22 @@ func (s *standby) caughtUp() int {
 	return len(s.caught)
 }
 
-// run tails the standby tasks until ctx ends.
+// run tails the standby tasks until ctx ends or the store fails.
 func (s *standby) run(ctx context.Context) {
-	backoff := restoreBackoffMin
-	for ctx.Err() == nil {
-		wait := standbyInterval
-		if err := s.round(ctx); err != nil && ctx.Err() == nil {
-			var te *transientError
-			if errors.As(err, &te) {
-				s.cfg.Logger.Warn("standby replica: reading a changelog failed on a broker error; retrying", "err", err, "in", backoff)
-			} else {
-				s.cfg.Logger.Error("standby replica: cannot tail a changelog; retrying (a takeover of the task will restore it, and fail the same way if the cause stays)", "err", err, "in", backoff)
-			}
-			wait, backoff = backoff, min(2*backoff, standbyBackoffMax)
-		} else {
-			backoff = restoreBackoffMin
-		}
+	for ctx.Err() == nil && s.err() == nil {
+		s.round(ctx)
 		select {
 		case <-ctx.Done():
 		case <-s.changed:
-		case <-time.After(wait):
+		case <-time.After(standbyInterval):
 		}
 	}
 }
 
 // round reads every standby task up to its changelog's last stable offset.
-func (s *standby) round(ctx context.Context) error {
+func (s *standby) round(ctx context.Context) {
 	s.mu.Lock()
+	gen := s.gen
 	byTopic := make(map[string][]state.Task)
 	for id := range s.want {
 		cl := s.cfg.ChangelogOf(id.Topic)
@@ -135,61 +162,98 @@ func (s *standby) round(ctx context.Context) error {
 	s.mu.Unlock()
 	adm := kadm.NewClient(s.r.cl)
 	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
+		tasks := byTopic[topic]
+		slices.SortFunc(tasks, func(a, b state.Task) int { return cmp.Compare(a.Partition, b.Partition) })
 		hwms, err := adm.ListEndOffsets(ctx, topic)
 		if err == nil {
 			err = hwms.Error()
 		}
-		if err != nil {
-			return fmt.Errorf("eos: standby: list end offsets of %s: %w", topic, brokerErr(err))
+		var lsos kadm.ListedOffsets
+		if err == nil {
+			lsos, err = s.r.stableOffsets(ctx, adm, topic, hwms, false)
 		}
-		lsos, err := s.r.stableOffsets(ctx, adm, topic, hwms, false)
 		if err != nil {
-			return err
+			for _, id := range tasks {
+				s.done(id, fmt.Errorf("eos: standby: list the offsets of %s: %w", topic, brokerErr(err)))
+			}
+			continue
 		}
-		tasks := byTopic[topic]
-		slices.SortFunc(tasks, func(a, b state.Task) int { return cmp.Compare(a.Partition, b.Partition) })
 		for _, id := range tasks {
+			if ctx.Err() != nil {
+				return
+			}
 			lo, ok := lsos.Lookup(topic, id.Partition)
 			hw, ok2 := hwms.Lookup(topic, id.Partition)
 			if !ok || !ok2 || lo.Err != nil {
-				return fmt.Errorf("eos: standby %s: changelog partition %s/%d: %w", id, topic, id.Partition,
-					brokerErr(cmp.Or(lo.Err, errors.New("no offsets listed"))))
+				s.done(id, fmt.Errorf("eos: standby %s: changelog partition %s/%d: %w", id, topic, id.Partition,
+					brokerErr(cmp.Or(lo.Err, errors.New("no offsets listed")))))
+				continue
 			}
-			if err := s.tail(ctx, id, topic, lo.Offset, hw.Offset); err != nil {
-				return err
-			}
+			s.tail(ctx, id, topic, lo.Offset, hw.Offset, gen)
 		}
 	}
-	return nil
 }
 
-// tail reads one standby task up to end, unless the loop takes it away
-// first (set), which cancels the read: not an error.
-func (s *standby) tail(ctx context.Context, id state.Task, topic string, end, hwm int64) error {
+// tail reads one standby task up to end, if it is due (wanted since before
+// gen, not waiting for a retry), unless the loop takes it away first (set),
+// which cancels the read: not an error.
+func (s *standby) tail(ctx context.Context, id state.Task, topic string, end, hwm int64, gen uint64) {
 	s.mu.Lock()
-	if !s.want[id] {
+	if !s.want[id] || s.since[id] > gen || time.Now().Before(s.retry[id].at) {
 		s.mu.Unlock()
-		return nil
+		return
 	}
 	tctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	s.cur, s.curOn, s.curCancel, s.curDone = id, true, cancel, done
 	s.mu.Unlock()
 	_, err := s.r.restoreTask(tctx, id, topic, end, hwm)
+	if err == nil && s.cfg.StandbyTidy != nil {
+		err = s.cfg.StandbyTidy(id, s.cfg.Now())
+	}
 	taken := tctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	s.mu.Lock()
 	s.curOn = false
 	close(done)
-	if err == nil && s.want[id] {
-		s.caught[id] = true
-	}
 	s.mu.Unlock()
-	s.r.stats.setStandby(-1, s.caughtUp())
-	if taken {
-		return nil
+	if taken || ctx.Err() != nil {
+		return
 	}
-	return err
+	s.done(id, err)
+}
+
+// done records the outcome of a task's read: caught up, or failed (logged,
+// retried after a backoff; a failed store stops the standby and the loop).
+func (s *standby) done(id state.Task, err error) {
+	s.mu.Lock()
+	defer func() {
+		caught := len(s.caught)
+		s.mu.Unlock()
+		s.r.stats.setStandby(-1, caught)
+	}()
+	if !s.want[id] {
+		return
+	}
+	if err == nil {
+		s.caught[id] = true
+		delete(s.retry, id)
+		return
+	}
+	delete(s.caught, id)
+	if errors.Is(err, state.ErrFatal) {
+		s.fatal = err
+		return
+	}
+	backoff := cmp.Or(s.retry[id].backoff, restoreBackoffMin)
+	s.retry[id] = retryAt{at: time.Now().Add(backoff), backoff: min(2*backoff, standbyBackoffMax)}
+	var te *transientError
+	if errors.As(err, &te) {
+		s.cfg.Logger.Warn("standby replica: reading a changelog failed on a broker error; retrying", "task", id.String(), "err", err, "in", backoff)
+	} else {
+		s.cfg.Logger.Error("standby replica: cannot tail a changelog; retrying (a takeover of the task restores it, and fails the same way if the cause stays)",
+			"task", id.String(), "err", err, "in", backoff)
+	}
 }
 
 // startStandby starts tailing the standby tasks, on a client of their own;

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -23,83 +24,166 @@ import (
 // from the position it finds – and goes on with the tasks it keeps (Y is
 // read to its end afterwards: the standby had its chance to write X).
 func TestStandbyReleaseStopsWrites(t *testing.T) {
-	const (
-		input, changelog = "in", "in.changelog"
-		records          = 20000
-	)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, input, changelog))
+	const records = 20000
+	r := newStandbyRig(t, nil)
+	x, y := state.Task{Topic: "in", Partition: 0}, state.Task{Topic: "in", Partition: 1}
+	r.produce(x, "k", records)
+	r.produce(y, "k", 10)
+	// A slow broker: each fetch answers after 50 ms, small, so that X's
+	// read takes many of them.
+	r.c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		r.c.KeepControl()
+		time.Sleep(50 * time.Millisecond) // sleep ok: the fault itself, a slow broker
+		return nil, nil, false
+	})
+	r.sb.set(map[state.Task]bool{x: true, y: true})
+	testkit.Await(t, 30*time.Second, "the standby to have written part of X", func() bool { return r.position(x) > 0 })
+	r.sb.set(map[state.Task]bool{y: true}) // the loop takes X over
+	released := r.position(x)
+	if released >= records {
+		t.Fatalf("X was read to its end (%d) before the hand-over: the test proves nothing", released)
+	}
+	testkit.Await(t, 30*time.Second, "the standby to read Y to its end", func() bool { return r.position(y) == 10 })
+	if got := r.position(x); got != released {
+		t.Fatalf("the standby wrote X after handing it over: its position moved from %d to %d", released, got)
+	}
+	if tasks, caught, _ := r.sb.r.stats.Standby(); tasks != 1 || caught != 1 {
+		t.Fatalf("standby stats: %d tasks, %d caught up, want 1 and 1", tasks, caught)
+	}
+}
+
+// standbyRig is a standby over a kfake cluster with topic "in" and its
+// changelog "in.changelog" (2 partitions each), on a store in memory.
+type standbyRig struct {
+	t  *testing.T
+	c  *kfake.Cluster
+	pc *kgo.Client // produces to the changelog, partition by partition
+	st *state.Store
+	sb *standby
+}
+
+func newStandbyRig(t *testing.T, restore func(k, v []byte, now time.Time, emit func(k, v []byte)) error) *standbyRig {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "in.changelog"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pc, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(changelog),
+	t.Cleanup(c.Close)
+	pc, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("in.changelog"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Close()
-	x, y := state.Task{Topic: input, Partition: 0}, state.Task{Topic: input, Partition: 1}
-	var recs []*kgo.Record
-	for i := range records {
-		recs = append(recs, &kgo.Record{Partition: x.Partition, Key: fmt.Appendf(nil, "k%05d", i), Value: []byte("v")})
-	}
-	for i := range 10 {
-		recs = append(recs, &kgo.Record{Partition: y.Partition, Key: fmt.Appendf(nil, "k%05d", i), Value: []byte("v")})
-	}
-	if err := pc.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	// A slow broker: each fetch answers after 50 ms, small, so that X's
-	// read takes many of them.
-	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		time.Sleep(50 * time.Millisecond) // sleep ok: the fault itself, a slow broker
-		return nil, nil, false
-	})
-
+	t.Cleanup(pc.Close)
 	st, err := state.Open("mem", state.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	cfg := &Config{Session: Session{Store: st, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
-		TransactionTimeout: 10 * time.Second}, ChangelogOf: func(in string) string { return in + ".changelog" }}
+		TransactionTimeout: 10 * time.Second}, ChangelogOf: func(in string) string { return in + ".changelog" },
+		Restore: restore}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), kgo.FetchMaxPartitionBytes(4096))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	sb := newStandby(&restorer{cfg: cfg, stats: NewStats(), cl: cl, standby: true})
-	runCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(cl.Close)
+	r := &standbyRig{t: t, c: c, pc: pc, st: st, sb: newStandby(&restorer{cfg: cfg, stats: NewStats(), cl: cl, standby: true})}
+	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sb.run(runCtx)
+		r.sb.run(ctx)
 	}()
-	defer func() { stop(); <-done }()
+	t.Cleanup(func() { stop(); <-done })
+	return r
+}
 
-	position := func(id state.Task) int64 {
-		next, err := st.ChangelogOffset(id)
-		if err != nil {
-			t.Fatal(err)
+// produce writes n records keyed prefix<i> to the changelog partition of id.
+func (r *standbyRig) produce(id state.Task, prefix string, n int) []*kgo.Record {
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Partition: id.Partition, Key: fmt.Appendf(nil, "%s%05d", prefix, i), Value: []byte("v")})
+	}
+	if err := r.pc.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		r.t.Fatal(err)
+	}
+	return recs
+}
+
+func (r *standbyRig) position(id state.Task) int64 {
+	next, err := r.st.ChangelogOffset(id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return next
+}
+
+// TestStandbyFailingTaskDoesNotStopOthers: a standby task whose changelog
+// holds a record the restore refuses is retried on its own; the other task
+// keeps being tailed and is the only one counted as caught up.
+func TestStandbyFailingTaskDoesNotStopOthers(t *testing.T) {
+	refuse := func(k, v []byte, _ time.Time, emit func(k, v []byte)) error {
+		if string(k) == "bad00000" {
+			return errors.New("a record nobody can read")
 		}
-		return next
+		emit(k, v)
+		return nil
 	}
-	sb.set(map[state.Task]bool{x: true, y: true})
-	testkit.Await(t, 30*time.Second, "the standby to have written part of X", func() bool { return position(x) > 0 })
-	sb.set(map[state.Task]bool{y: true}) // the loop takes X over
-	released := position(x)
-	if released >= records {
-		t.Fatalf("X was read to its end (%d) before the hand-over: the test proves nothing", released)
+	r := newStandbyRig(t, refuse)
+	x, y := state.Task{Topic: "in", Partition: 0}, state.Task{Topic: "in", Partition: 1}
+	r.produce(x, "bad", 1)
+	r.produce(y, "k", 5)
+	r.sb.set(map[state.Task]bool{x: true, y: true})
+	testkit.Await(t, 30*time.Second, "Y read to its end", func() bool { return r.position(y) == 5 })
+	r.produce(y, "m", 5)
+	testkit.Await(t, 30*time.Second, "Y's new records read while X keeps failing", func() bool { return r.position(y) == 10 })
+	if _, caught, _ := r.sb.r.stats.Standby(); caught != 1 || r.position(x) != 0 {
+		t.Fatalf("caught up %d (want 1: Y alone), X at %d (want 0: its first record refused)", caught, r.position(x))
 	}
-	testkit.Await(t, 30*time.Second, "the standby to read Y to its end", func() bool { return position(y) == 10 })
-	if got := position(x); got != released {
-		t.Fatalf("the standby wrote X after handing it over: its position moved from %d to %d", released, got)
+}
+
+// TestStandbyRereadsAReturningTaskAfterListing: the loop takes X over and
+// gives it back while a round, which listed X's changelog end before, reads
+// another task. Meanwhile the loop wrote X past that listed end. The round
+// must not read X against its old listing (the store would look ahead of the
+// changelog and be reset, then read again from offset 0): the next round
+// does, and finds X at its end.
+func TestStandbyRereadsAReturningTaskAfterListing(t *testing.T) {
+	r := newStandbyRig(t, nil)
+	// Slow fetches: the round spends seconds on Y.
+	r.c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		r.c.KeepControl()
+		time.Sleep(20 * time.Millisecond) // sleep ok: the fault itself, a slow broker
+		return nil, nil, false
+	})
+	y, x := state.Task{Topic: "in", Partition: 0}, state.Task{Topic: "in", Partition: 1} // Y first in a round
+	r.produce(x, "x", 10)
+	r.sb.set(map[state.Task]bool{x: true})
+	testkit.Await(t, 30*time.Second, "X read to its end", func() bool { return r.position(x) == 10 })
+	r.produce(y, "y", 20000)
+	r.sb.set(map[state.Task]bool{x: true, y: true})
+	testkit.Await(t, 30*time.Second, "the round reading Y", func() bool { return r.position(y) > 0 })
+	// The loop takes X, writes five more of its changes (to the changelog
+	// and the store), and gives it back: all while the round reads Y.
+	r.sb.set(map[state.Task]bool{y: true})
+	more := r.produce(x, "z", 5)
+	recs := make([]state.Record, len(more))
+	for i, m := range more {
+		recs[i] = state.Record{Key: m.Key, Value: m.Value}
 	}
-	if tasks, caught, _ := sb.r.stats.Standby(); tasks != 1 || caught != 1 {
-		t.Fatalf("standby stats: %d tasks, %d caught up, want 1 and 1", tasks, caught)
+	if err := r.st.Restore(x, recs, 15); err != nil {
+		t.Fatal(err)
+	}
+	r.sb.set(map[state.Task]bool{x: true, y: true})
+	if r.position(y) >= 20000 {
+		t.Fatal("Y was read to its end before X came back: the test proves nothing")
+	}
+	testkit.Await(t, 60*time.Second, "both at their end", func() bool {
+		_, caught, _ := r.sb.r.stats.Standby()
+		return caught == 2 && r.position(y) == 20000 && r.position(x) == 15
+	})
+	if _, _, n := r.sb.r.stats.Standby(); n != 10+20000 {
+		t.Fatalf("the standby wrote %d changelog records, want %d (X's 10, Y's 20000): X was read again from scratch", n, 10+20000)
 	}
 }
