@@ -63,18 +63,20 @@ type StandbyRun struct {
 	// AKilled: A ended by the SIGKILL (not on its own before it).
 	AKilled bool
 	// B: start until ready with its half (BRestored: its restore's
-	// records), and until its standby caught up (StandbyRecords then; its
-	// VmHWM then).
-	BReady, CatchUp       time.Duration
-	BRestored             int64
-	StandbyRecords        int64
-	StandbyPartitions     int
-	CaughtUpRSS           int64
-	ToAssigned, ToReady   time.Duration // kill → B owns every partition → B ready
-	TakeoverRestored      int64         // B's restored records over the takeover
-	TakeoverRSS, BPeakRSS int64         // B's VmHWM once ready with every partition; over its life
-	BExit                 int
-	ALog, BLog            string
+	// records); until its standby read its last record (StandbyDone: the
+	// first poll that saw projector_standby_records_total at its final
+	// value, StandbyRecords, with every standby partition caught up); and
+	// until both (CatchUp, its VmHWM then: CaughtUpRSS).
+	BReady, StandbyDone, CatchUp time.Duration
+	BRestored                    int64
+	StandbyRecords               int64
+	StandbyPartitions            int
+	CaughtUpRSS                  int64
+	ToAssigned, ToReady          time.Duration // kill → B owns every partition → B ready
+	TakeoverRestored             int64         // B's restored records over the takeover
+	TakeoverRSS, BPeakRSS        int64         // B's VmHWM once ready with every partition; over its life
+	BExit                        int
+	ALog, BLog                   string
 }
 
 // problems lists what makes the run wrong (see the file comment).
@@ -131,8 +133,8 @@ func standbyRun(ctx context.Context, o RestoreOptions, brokerAddr, dir string, n
 	if err := standbyCatchUp(ctx, o, b, changelog, &r); err != nil {
 		return fail(fmt.Errorf("worker B: %w (log: %s)", err, b.log))
 	}
-	fmt.Fprintf(o.Progress, "%d aggregates, standby run %d: B ready with %d records restored in %s, its standby of %d partitions caught up (%d records) in %s, RSS %s; killing A ...\n",
-		n, run, r.BRestored, r.BReady.Round(time.Millisecond), r.StandbyPartitions, r.StandbyRecords, r.CatchUp.Round(time.Millisecond), mib(r.CaughtUpRSS))
+	fmt.Fprintf(o.Progress, "%d aggregates, standby run %d: B ready with %d records restored in %s, its standby of %d partitions read its %d records in %s; B's RSS %s; killing A ...\n",
+		n, run, r.BRestored, r.BReady.Round(time.Millisecond), r.StandbyPartitions, r.StandbyRecords, r.StandbyDone.Round(time.Millisecond), mib(r.CaughtUpRSS))
 	if err := standbyTakeover(ctx, o, a, b, &r); err != nil {
 		return fail(fmt.Errorf("%w (logs: %s, %s)", err, a.log, b.log))
 	}
@@ -148,6 +150,8 @@ func standbyRun(ctx context.Context, o RestoreOptions, brokerAddr, dir string, n
 // a second apart that saw it so, with the same standby records).
 func standbyCatchUp(ctx context.Context, o RestoreOptions, b *restoreWorker, changelog int64, r *StandbyRun) error {
 	var since time.Time // the polls since then saw it caught up with r.StandbyRecords
+	var standbyAt time.Time
+	standbyRecs := int64(-1) // the standby caught up with these records since standbyAt
 	return pollWorker(ctx, b, 100*time.Millisecond, func(m map[string]float64, now time.Time) (bool, error) {
 		assigned, standby := int(m["projector_assigned_partitions"]), int(m["projector_standby_partitions"])
 		ready := m["projector_ready"] == 1 && assigned > 0 && standby > 0 && assigned+standby == o.Partitions
@@ -155,7 +159,13 @@ func standbyCatchUp(ctx context.Context, o RestoreOptions, b *restoreWorker, cha
 			r.BReady = now.Sub(b.start)
 		}
 		restored, records := int64(m["projector_restore_records_total"]), int64(m["projector_standby_records_total"])
-		caught := ready && int(m["projector_standby_caught_up_partitions"]) == standby && restored+records >= changelog
+		standbyCaught := standby > 0 && int(m["projector_standby_caught_up_partitions"]) == standby
+		if !standbyCaught {
+			standbyAt = time.Time{}
+		} else if standbyAt.IsZero() || records != standbyRecs {
+			standbyAt, standbyRecs = now, records
+		}
+		caught := ready && standbyCaught && restored+records >= changelog
 		switch {
 		case !caught:
 			since = time.Time{}
@@ -163,6 +173,7 @@ func standbyCatchUp(ctx context.Context, o RestoreOptions, b *restoreWorker, cha
 			since, r.StandbyRecords = now, records
 		case now.Sub(since) >= time.Second:
 			r.CatchUp, r.BRestored, r.StandbyPartitions = since.Sub(b.start), restored, standby
+			r.StandbyDone = standbyAt.Sub(b.start)
 			r.CaughtUpRSS = vmHWM(b.cmd.Process.Pid)
 			return true, nil
 		}
@@ -286,18 +297,18 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 func (r *RestoreResult) printStandby(w io.Writer) {
 	fmt.Fprintf(w, "\nstandby mode: worker A restores alone, worker B joins (state.standbyReplicas 1, kafka.sessionTimeout %s), A is killed with SIGKILL, B takes every partition over\n", r.Options.SessionTimeout)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "aggregates\trun\tchangelog\tA ready\tA restored\tA RSS\tB ready\tB restored\tcatch-up\tstandby recs\tB RSS then\tkill→assigned\tassigned→ready\ttakeover restored\tB RSS then\tB peak RSS\tB exit\t")
+	fmt.Fprintln(tw, "aggregates\trun\tchangelog\tA ready\tA restored\tA RSS\tB ready\tB restored\tstandby done\tstandby recs\tB RSS then\tkill→assigned\tassigned→ready\ttakeover restored\tB RSS then\tB peak RSS\tB exit\t")
 	for _, s := range r.Sizes {
 		for i, run := range s.Standby {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", humanize.Thousands(int64(s.Aggregates)), i+1,
 				humanize.Thousands(s.Changelog), run.AReady.Round(time.Millisecond), humanize.Thousands(run.ARestored), mib(run.ARSS),
-				run.BReady.Round(time.Millisecond), humanize.Thousands(run.BRestored), run.CatchUp.Round(time.Millisecond),
+				run.BReady.Round(time.Millisecond), humanize.Thousands(run.BRestored), run.StandbyDone.Round(time.Millisecond),
 				humanize.Thousands(run.StandbyRecords), mib(run.CaughtUpRSS), run.ToAssigned.Round(time.Millisecond),
 				ms(run.ToReady), humanize.Thousands(run.TakeoverRestored), mib(run.TakeoverRSS), mib(run.BPeakRSS), run.BExit)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(A ready: A's start until GET /readyz 200, alone, every partition restored; A RSS: its VmHWM then. B ready: B's start until ready with its half; B restored: its restore's records; catch-up: B's start until its standby partitions all reached their changelog's end, B's restored and standby records together covered the changelog and projector_standby_records_total stayed the same for a second (standby recs: that counter); B RSS then: its VmHWM at the catch-up. kill→assigned: A's SIGKILL until B's projector_assigned_partitions covers every partition (about the session timeout); assigned→ready: then until GET /readyz 200 (polled every 20 ms, metrics then /readyz: 0 is ready in the poll that saw the assignment; a 200 counts when the next poll's is one too); takeover restored: B's projector_restore_records_total delta over the takeover; B RSS then: its VmHWM once ready with every partition; B peak RSS: over its life, sampled every 10 ms until it exited on SIGTERM)")
+	fmt.Fprintln(w, "(A ready: A's start until GET /readyz 200, alone, every partition restored; A RSS: its VmHWM then. B ready: B's start until ready with its half; B restored: its restore's records; standby done: B's start until the first poll (every 100 ms) that saw projector_standby_records_total at its final value (standby recs) with every standby partition caught up – final once B was ready, its restored and standby records together covered the changelog and the counter stayed the same for a second; B RSS then: its VmHWM at that confirmation. kill→assigned: A's SIGKILL until B's projector_assigned_partitions covers every partition (about the session timeout); assigned→ready: then until GET /readyz 200 (polled every 20 ms, metrics then /readyz: 0 is ready in the poll that saw the assignment; a 200 counts when the next poll's is one too); takeover restored: B's projector_restore_records_total delta over the takeover; B RSS then: its VmHWM once ready with every partition; B peak RSS: over its life, sampled every 10 ms until it exited on SIGTERM)")
 	if m := r.Mismatches(); len(m) > 0 {
 		fmt.Fprintf(w, "\nFAILED: %s\n", strings.Join(m, "; "))
 	} else {

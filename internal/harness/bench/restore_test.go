@@ -115,7 +115,7 @@ func TestRestoreBenchStandbySmall(t *testing.T) {
 	if r.StandbyPartitions != 1 || r.StandbyRecords == 0 || r.BRestored >= s.Changelog || r.TakeoverRestored != 0 {
 		t.Fatalf("standby run: %+v (changelog %d); want a standby of 1 partition with records, B's restore short of the changelog, 0 restored in the takeover", r, s.Changelog)
 	}
-	if r.AReady <= 0 || r.BReady <= 0 || r.CatchUp < r.BReady || r.ToAssigned <= 0 || r.ToReady < 0 || r.TakeoverRSS <= 0 || r.BPeakRSS < r.TakeoverRSS {
+	if r.AReady <= 0 || r.BReady <= 0 || r.CatchUp < r.BReady || r.StandbyDone <= 0 || r.StandbyDone > r.CatchUp || r.ToAssigned <= 0 || r.ToReady < 0 || r.TakeoverRSS <= 0 || r.BPeakRSS < r.TakeoverRSS {
 		t.Fatalf("standby run: %+v: a figure is missing", r)
 	}
 	if !strings.Contains(out.String(), "assigned→ready") || !strings.Contains(out.String(), "the takeover restored at most 1%") {
