@@ -166,7 +166,7 @@ func runBenchRestore(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlags("bench restore", benchRestoreExample).withLogLevel("warn", "setup worker")
 	fs.IntSliceVar(&o.Aggregates, "aggregates", o.Aggregates, "aggregates whose state is restored (one event each), one size after another")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "input (and changelog) partitions")
-	fs.IntVar(&o.Runs, "runs", o.Runs, "fresh workers per size; the medians are reported")
+	fs.IntVar(&o.Runs, "runs", o.Runs, "fresh workers per size; the medians are reported (with --standby: takeovers per size, each reported)")
 	fs.IntVar(&o.Chunk, "chunk", o.Chunk, "events generated at a time (chunks of disjoint aggregates, to bound the setup's memory)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the broker's log, the state directories and the workers' logs (default: a temporary one, removed at the end); a setup finished there is reused by later invocations with the same options")
