@@ -154,7 +154,8 @@ const benchRestoreExample = `  projector bench restore
   projector bench restore --aggregates 1000000,10000000 --dir /var/tmp/restore
   projector bench restore --aggregates 100000 --runs 3 --cpuprofile /tmp/restore.prof
   projector bench restore --aggregates 10000000 --dir /var/tmp/r10m --setup-only
-  projector bench restore --aggregates 10000000 --dir /var/tmp/r10m --binary /tmp/projector-base`
+  projector bench restore --aggregates 10000000 --dir /var/tmp/r10m --binary /tmp/projector-base
+  projector bench restore --aggregates 1000000 --dir /var/tmp/r1m --standby`
 
 // runBenchRestore is `projector bench restore`: a fresh worker (this binary,
 // `projector run`, in a child process) restores N aggregates' state from
@@ -165,13 +166,15 @@ func runBenchRestore(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlags("bench restore", benchRestoreExample).withLogLevel("warn", "setup worker")
 	fs.IntSliceVar(&o.Aggregates, "aggregates", o.Aggregates, "aggregates whose state is restored (one event each), one size after another")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "input (and changelog) partitions")
-	fs.IntVar(&o.Runs, "runs", o.Runs, "fresh workers per size; the medians are reported")
+	fs.IntVar(&o.Runs, "runs", o.Runs, "fresh workers per size; the medians are reported (with --standby: takeovers per size, each reported)")
 	fs.IntVar(&o.Chunk, "chunk", o.Chunk, "events generated at a time (chunks of disjoint aggregates, to bound the setup's memory)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "workload seed")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the broker's log, the state directories and the workers' logs (default: a temporary one, removed at the end); a setup finished there is reused by later invocations with the same options")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each worker, start to exit, to FILE.<aggregates>-r<run>")
 	fs.StringVar(&o.Binary, "binary", "", "the projector binary each measured worker runs (default: this one), to compare builds on one setup")
 	fs.BoolVar(&o.SetupOnly, "setup-only", false, "set each size up in --dir and stop: a later invocation with the same --dir and options reuses it")
+	fs.BoolVar(&o.Standby, "standby", false, "per run, measure a standby replica's takeover instead: worker A restores alone, worker B joins (state.standbyReplicas 1) and copies A's half, A is killed (SIGKILL), B takes over; reuses a setup made without it")
+	fs.DurationVar(&o.SessionTimeout, "session-timeout", bench.DefaultStandbySession, "the workers' kafka.sessionTimeout with --standby (the kill is noticed after it)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.parse(args, stdout); err != nil {
 		return err

@@ -99,6 +99,7 @@ func TestBenchUsage(t *testing.T) {
 		{"restore", "--runs", "0"},
 		{"restore", "--partitions", "2000"},
 		{"restore", "--bogus"},
+		{"restore", "--standby", "--session-timeout", "-1s"},
 	} {
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		var ue usageError

@@ -126,6 +126,10 @@ func (r *RestoreResult) Print(w io.Writer) {
 		fmt.Fprintf(w, "\nsetup only: no run measured; the setup is kept in %s for later invocations with the same options\n", o.Dir)
 		return
 	}
+	if o.Standby {
+		r.printStandby(w)
+		return
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "aggregates\trun\tchangelog\trestored\tto ready\trecords/s\tfloor\tfloor/s\t×floor\tRSS at ready\tpeak RSS\tstate dir\tof which sst\tbytes/agg\texit\t")

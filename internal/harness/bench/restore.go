@@ -75,8 +75,16 @@ type RestoreOptions struct {
 	// SetupOnly stops after the setup of each size (kept in Dir for later
 	// invocations: see restoreSetup) without measuring a run.
 	SetupOnly bool
-	Logger    *slog.Logger // the setup worker's logs (default: discarded)
-	Progress  io.Writer    // one line per step (default: discarded)
+	// Standby measures, instead of one fresh worker per run, the takeover
+	// of a killed worker's partitions by its standby replica
+	// (restore_standby.go). It is not part of the setup's identity: a setup
+	// in Dir serves both modes.
+	Standby bool
+	// SessionTimeout is the workers' kafka.sessionTimeout in standby mode
+	// (default DefaultStandbySession).
+	SessionTimeout time.Duration
+	Logger         *slog.Logger // the setup worker's logs (default: discarded)
+	Progress       io.Writer    // one line per step (default: discarded)
 }
 
 // DefaultRestoreOptions are the figures of docs/performance.md.
@@ -92,6 +100,7 @@ func (o *RestoreOptions) applyDefaults() {
 	o.Partitions = config.OrDefault(o.Partitions, d.Partitions)
 	o.Runs = config.OrDefault(o.Runs, d.Runs)
 	o.Chunk = config.OrDefault(o.Chunk, d.Chunk)
+	o.SessionTimeout = config.OrDefault(o.SessionTimeout, DefaultStandbySession)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -108,7 +117,7 @@ func (o RestoreOptions) Validate() error {
 			errs = append(errs, fmt.Errorf("--aggregates must be positive, got %d", n))
 		}
 	}
-	if o.Partitions < 0 || o.Runs < 0 || o.Chunk < 0 {
+	if o.Partitions < 0 || o.Runs < 0 || o.Chunk < 0 || o.SessionTimeout < 0 {
 		errs = append(errs, errors.New("counts must not be negative"))
 	}
 	if o.Partitions > 1024 {
@@ -169,6 +178,9 @@ type RestoreSize struct {
 	// setup worker's, with the broker).
 	BenchRSS, SetupPeak int64
 	Runs                []RestoreRun
+	// Standby are the runs of the standby mode (RestoreOptions.Standby),
+	// instead of Runs.
+	Standby []StandbyRun `json:",omitempty"`
 }
 
 // Median is the median over runs of f.
@@ -197,6 +209,11 @@ func (r *RestoreResult) Mismatches() []string {
 			}
 			if run.ExitCode != 0 {
 				out = append(out, fmt.Sprintf("%d aggregates, run %d: the worker exited %d on SIGTERM, want 0 (log: %s)", s.Aggregates, i+1, run.ExitCode, run.Log))
+			}
+		}
+		for i, run := range s.Standby {
+			for _, p := range run.problems(s.Changelog) {
+				out = append(out, fmt.Sprintf("%d aggregates, standby run %d: %s", s.Aggregates, i+1, p))
 			}
 		}
 	}
@@ -244,13 +261,15 @@ func Restore(ctx context.Context, o RestoreOptions) (*RestoreResult, error) {
 const restoreName = "bench-restore"
 
 // restoreConfig is the worker's configuration, the setup's and the
-// measured ones' alike but for state.dir and http.listen.
+// measured ones' alike but for kafka.instanceId, state.dir, http.listen
+// and what the standby mode adds to the kafka and state sections
+// (kafka.sessionTimeout, state.standbyReplicas).
 const restoreConfig = `name: ` + restoreName + `
 kafka:
   brokers: [%s]
-  instanceId: restore-1
+  instanceId: %s
   input: [` + inputTopic + `]
-state: {dir: %q}
+%sstate: {dir: %q%s}
 http: {listen: %q}
 projections:
   - name: case-overview
@@ -280,6 +299,16 @@ func restoreSize(ctx context.Context, o RestoreOptions, dir string, n int) (Rest
 		return s, err
 	}
 	if o.SetupOnly {
+		return s, nil
+	}
+	if o.Standby {
+		for i := range o.Runs {
+			run, err := standbyRun(ctx, o, b.Addr(), dir, n, s.Changelog, i+1)
+			if err != nil {
+				return s, err
+			}
+			s.Standby = append(s.Standby, run)
+		}
 		return s, nil
 	}
 	for i := range o.Runs {
@@ -371,7 +400,7 @@ func restoreProduce(ctx context.Context, o RestoreOptions, brokers []string, s *
 // and removes its state directory: only the changelog stays.
 func restoreProcess(ctx context.Context, o RestoreOptions, brokers []string, stateDir string, s *RestoreSize) error {
 	defer os.RemoveAll(stateDir)
-	cfg, err := config.Parse(fmt.Appendf(nil, restoreConfig, brokers[0], stateDir, "off"), nil)
+	cfg, err := config.Parse(fmt.Appendf(nil, restoreConfig, brokers[0], "restore-1", "", stateDir, "", "off"), nil)
 	if err != nil {
 		return fmt.Errorf("bench restore: the worker's configuration: %w", err)
 	}

@@ -73,3 +73,52 @@ func TestRestoreBenchSmall(t *testing.T) {
 		t.Fatalf("a setup of another seed in the same directory: %v, want it refused", err)
 	}
 }
+
+// TestRestoreBenchStandbySmall runs `projector bench restore --standby` at
+// a small size, so that it cannot rot: worker A restores the changelog
+// alone, worker B joins and keeps a standby copy of A's half, A is killed
+// (SIGKILL) and B takes every partition over, restoring (almost) nothing
+// of A's half – its standby had it – and exits 0 on SIGTERM. The setup
+// made without --standby is reused by it.
+func TestRestoreBenchStandbySmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := soak.Build(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2_000
+	o := RestoreOptions{Aggregates: []int{n}, Partitions: 2, Runs: 1, Chunk: 1_000, Binary: bin, Dir: dir, SetupOnly: true}
+	if _, err := Restore(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	o.SetupOnly, o.Standby = false, true
+	res, err := Restore(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res.Print(&out)
+	t.Log("\n" + out.String())
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := res.Sizes[0]
+	if len(s.Standby) != 1 || len(s.Runs) != 0 {
+		t.Fatalf("%d standby runs, %d restore runs; want 1, 0", len(s.Standby), len(s.Runs))
+	}
+	r := s.Standby[0]
+	// B's standby copied A's half: it read records, and B's own restore
+	// did not cover the changelog. The takeover restored nothing: A was
+	// idle, its partitions' changelogs did not move after the catch-up.
+	if r.StandbyPartitions != 1 || r.StandbyRecords == 0 || r.BRestored >= s.Changelog || r.TakeoverRestored != 0 {
+		t.Fatalf("standby run: %+v (changelog %d); want a standby of 1 partition with records, B's restore short of the changelog, 0 restored in the takeover", r, s.Changelog)
+	}
+	if r.AReady <= 0 || r.BReady <= 0 || r.CatchUp < r.BReady || r.StandbyDone <= 0 || r.StandbyDone > r.CatchUp || r.ToAssigned <= 0 || r.ToReady < 0 || r.TakeoverRSS <= 0 || r.BPeakRSS < r.TakeoverRSS {
+		t.Fatalf("standby run: %+v: a figure is missing", r)
+	}
+	if !strings.Contains(out.String(), "assigned→ready") || !strings.Contains(out.String(), "the takeover restored at most 1%") {
+		t.Fatalf("report:\n%s", out.String())
+	}
+}

@@ -28,58 +28,97 @@ const readyWithin = 30 * time.Minute
 // ready, then stops it with SIGTERM.
 func restoreRun(ctx context.Context, o RestoreOptions, brokerAddr, dir string, n, run int) (RestoreRun, error) {
 	var r RestoreRun
-	name := fmt.Sprintf("r%d", run)
-	stateDir := filepath.Join(dir, "state-"+name)
-	if err := os.RemoveAll(stateDir); err != nil {
-		return r, err
-	}
-	defer os.RemoveAll(stateDir)
-	httpAddr, err := freeAddr()
+	w, err := startRestoreWorker(o, workerSpec{broker: brokerAddr, dir: dir, name: fmt.Sprintf("r%d", run), instance: "restore-1",
+		profile: fmt.Sprintf("%d-r%d", n, run)})
 	if err != nil {
 		return r, err
 	}
-	cfgPath := filepath.Join(dir, "worker-"+name+".yaml")
-	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, restoreConfig, brokerAddr, stateDir, httpAddr), 0o644); err != nil {
-		return r, err
-	}
-	r.Log = filepath.Join(dir, "worker-"+name+".log")
-	logf, err := os.Create(r.Log)
-	if err != nil {
-		return r, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(o.Binary, "run", "--config", cfgPath, "--role", "processor", "--log-format", "json", "--log-level", "info")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if o.CPUProfile != "" {
-		cmd.Env = append(os.Environ(), "PROJECTOR_CPUPROFILE="+fmt.Sprintf("%s.%d-r%d", o.CPUProfile, n, run))
-	}
-	exited := make(chan struct{})
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return r, fmt.Errorf("bench restore: start the worker: %w", err)
-	}
-	go func() { _ = cmd.Wait(); close(exited) }()
-	peak := sampleHWM(cmd.Process.Pid, exited)
-	defer func() {
-		select {
-		case <-exited:
-		default: // an error before the SIGTERM below
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	if r.Ready, err = waitReady(ctx, httpAddr, exited, start); err != nil {
+	defer w.close()
+	r.Log = w.log
+	if r.Ready, err = waitReady(ctx, w.addr, w.exited, w.start); err != nil {
 		return r, fmt.Errorf("bench restore: %d aggregates, run %d: %w (log: %s)", n, run, err, r.Log)
 	}
-	r.ReadyRSS = vmHWM(cmd.Process.Pid)
-	if r.Restored, err = scrapeCounter(httpAddr, "projector_restore_records_total"); err != nil {
+	r.ReadyRSS = vmHWM(w.cmd.Process.Pid)
+	if r.Restored, err = scrapeCounter(w.addr, "projector_restore_records_total"); err != nil {
 		return r, fmt.Errorf("bench restore: %d aggregates, run %d: %w", n, run, err)
 	}
-	r.ExitCode = stop(cmd, exited)
-	r.PeakRSS = <-peak
-	r.StateBytes, r.SSTBytes, err = dirBytes(stateDir)
+	r.ExitCode = w.stop()
+	r.PeakRSS = <-w.peak
+	r.StateBytes, r.SSTBytes, err = dirBytes(w.stateDir)
 	return r, err
 }
+
+// workerSpec is one measured worker's place: its name (of its state
+// directory, configuration and log in dir), its kafka.instanceId and the
+// configuration it adds (standby mode), and its CPU profile's suffix.
+type workerSpec struct {
+	broker, dir, name, instance string
+	kafkaExtra, stateExtra      string // appended to the kafka and state sections of restoreConfig
+	profile                     string
+}
+
+// restoreWorker is a started worker process: one goroutine waits for it
+// (exited is closed then) and one samples its VmHWM (peak, sent once it
+// exited).
+type restoreWorker struct {
+	cmd           *exec.Cmd
+	exited        chan struct{}
+	peak          <-chan int64
+	addr          string // its http.listen
+	stateDir, log string
+	start         time.Time
+}
+
+// startRestoreWorker starts the projector binary as a fresh worker (its state
+// directory emptied first) with spec's configuration.
+func startRestoreWorker(o RestoreOptions, spec workerSpec) (*restoreWorker, error) {
+	w := &restoreWorker{stateDir: filepath.Join(spec.dir, "state-"+spec.name), log: filepath.Join(spec.dir, "worker-"+spec.name+".log"), exited: make(chan struct{})}
+	if err := os.RemoveAll(w.stateDir); err != nil {
+		return nil, err
+	}
+	var err error
+	if w.addr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(spec.dir, "worker-"+spec.name+".yaml")
+	cfg := fmt.Appendf(nil, restoreConfig, spec.broker, spec.instance, spec.kafkaExtra, w.stateDir, spec.stateExtra, w.addr)
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(w.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own descriptor
+	w.cmd = exec.Command(o.Binary, "run", "--config", cfgPath, "--role", "processor", "--log-format", "json", "--log-level", "info")
+	w.cmd.Stdout, w.cmd.Stderr = logf, logf
+	if o.CPUProfile != "" {
+		w.cmd.Env = append(os.Environ(), "PROJECTOR_CPUPROFILE="+o.CPUProfile+"."+spec.profile)
+	}
+	w.start = time.Now()
+	if err := w.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench restore: start the worker: %w", err)
+	}
+	go func() { _ = w.cmd.Wait(); close(w.exited) }()
+	w.peak = sampleHWM(w.cmd.Process.Pid, w.exited)
+	return w, nil
+}
+
+// close kills the worker if it still runs (an error before its stop) and
+// removes its state directory.
+func (w *restoreWorker) close() {
+	select {
+	case <-w.exited:
+	default:
+		_ = w.cmd.Process.Kill()
+		<-w.exited
+	}
+	_ = os.RemoveAll(w.stateDir)
+}
+
+// stop sends SIGTERM and returns the exit code (-1 when it had to be killed
+// after a minute).
+func (w *restoreWorker) stop() int { return stop(w.cmd, w.exited) }
 
 // stop sends SIGTERM and returns the exit code (-1 when it had to be killed
 // after a minute).
