@@ -30,6 +30,11 @@
 //     too. Until an entry is swept it is simply ignored by Check; on restore
 //     an expired entry is dropped, and an expired segment restores to its
 //     marker alone (which the sweep then tombstones).
+//   - A standby replica (docs/decisions/017) never sweeps: a segment's
+//     tombstone reaches its store without the segment's entries, so the
+//     standby deletes expired segment entries itself, locally
+//     (Store.SweepLocal). It leaves the markers and the pre-segment
+//     entries, whose tombstones only the owner produces.
 //   - staged-writes-only: the store reads and writes through a staged
 //     transaction, so a mark made in a transaction that aborts never existed.
 package dedup

@@ -26,12 +26,18 @@ func (sw *sweeper) due(now time.Time) bool { return sw.cursor != nil || !now.Bef
 // otherwise.)
 func (p *Partition) SweepDue(now time.Time) bool { return p.sweep.due(now) }
 
+// LocalKV is what a local expiry (SweepLocal) needs: a scan and local
+// deletions, nothing that reaches the changelog.
+type LocalKV interface {
+	ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error
+	DeleteLocal(key []byte)
+}
+
 // SweepKV is what a sweep needs: a scan that sees the staged overlay,
 // deletions that become changelog tombstones, and local ones.
 type SweepKV interface {
-	ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error
+	LocalKV
 	Delete(key []byte)
-	DeleteLocal(key []byte)
 }
 
 // errChunk stops a scan at the chunk boundary.
@@ -59,10 +65,47 @@ func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 		}
 		deleted = n
 	}
-	prefix := Prefix(taskPrefix)
-	seen := deleted // the segments tombstoned count against the chunk
+	// The segments tombstoned count against the chunk.
+	next, n, err := s.sweepEntries(kv, taskPrefix, sw.cursor, now, examine-deleted, kv.Delete)
+	deleted += n
+	if err != nil {
+		return deleted, err
+	}
+	sw.cursor = next
+	if next == nil {
+		sw.next = now.Add(s.SweepPeriod())
+	}
+	return deleted, nil
+}
+
+// SweepLocal is the expiry of a store whose task another instance owns – a
+// standby replica's (docs/decisions/017), which never runs Sweep: it
+// examines at most examine of the task's entries from from (nil: the
+// first) and deletes the expired ones that a segment restored. The owner's
+// sweep tombstones their segment, and a segment's tombstone does not name
+// its entries (Restore), so nobody else deletes them here. It leaves the
+// entries of the pre-segment layout, whose own tombstones the owner
+// produces, and never touches a segment marker: only the owner may
+// tombstone one, and a standby that dropped a marker and then took the task
+// over would never tombstone that segment in the changelog.
+// It returns where the pass continues (nil: it is done) and how many
+// entries it deleted.
+func (s *Store) SweepLocal(kv LocalKV, taskPrefix, from []byte, now time.Time, examine int) (next []byte, deleted int, err error) {
+	if from == nil {
+		from = Prefix(taskPrefix)
+	}
+	return s.sweepEntries(kv, taskPrefix, from, now, examine, nil)
+}
+
+// sweepEntries examines at most examine of the task's entries from from and
+// deletes the expired ones: a segment's locally (its segment's tombstone
+// covers it), one of the pre-segment layout, which has its own changelog
+// record, through logged (nil: it stays). It returns the key the pass
+// continues at, nil once it reached the end.
+func (s *Store) sweepEntries(kv LocalKV, taskPrefix, from []byte, now time.Time, examine int, logged func(key []byte)) ([]byte, int, error) {
+	seen, deleted := 0, 0
 	var last []byte
-	err := kv.ScanFrom(prefix, sw.cursor, func(k, v []byte) error {
+	err := kv.ScanFrom(Prefix(taskPrefix), from, func(k, v []byte) error {
 		if seen >= examine {
 			last = append(last[:0], k...)
 			return errChunk
@@ -71,24 +114,24 @@ func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 		if !validEntry(v) || s.live(v, now) {
 			return nil
 		}
-		if len(v) == entryLen {
-			kv.Delete(append([]byte(nil), k...)) // it has its own changelog record
-		} else {
-			kv.DeleteLocal(append([]byte(nil), k...)) // its segment's tombstone covers it
+		switch {
+		case len(v) != entryLen:
+			kv.DeleteLocal(append([]byte(nil), k...))
+		case logged != nil:
+			logged(append([]byte(nil), k...))
+		default:
+			return nil
 		}
 		deleted++
 		return nil
 	})
 	switch {
 	case errors.Is(err, errChunk):
-		sw.cursor = last
+		return last, deleted, nil
 	case err != nil:
-		return deleted, err
-	default:
-		sw.cursor = nil
-		sw.next = now.Add(s.retention / 8)
+		return nil, deleted, err
 	}
-	return deleted, nil
+	return nil, deleted, nil
 }
 
 // sweepSegments tombstones up to examine expired segments, oldest first,
@@ -120,6 +163,10 @@ func (s *Store) sweepSegments(sw *sweeper, kv SweepKV, taskPrefix []byte, now ti
 	return deleted, nil
 }
 
-// newSweeper returns a sweeper whose first pass starts one period (retention/8)
-// after now, so that a restart does not begin with a full scan.
-func (s *Store) newSweeper(now time.Time) *sweeper { return &sweeper{next: now.Add(s.retention / 8)} }
+// SweepPeriod is how often an expiry pass over a task's entries starts
+// (retention/8): Sweep's, and the standby's SweepLocal passes.
+func (s *Store) SweepPeriod() time.Duration { return s.retention / 8 }
+
+// newSweeper returns a sweeper whose first pass starts one period after now,
+// so that a restart does not begin with a full scan.
+func (s *Store) newSweeper(now time.Time) *sweeper { return &sweeper{next: now.Add(s.SweepPeriod())} }

@@ -157,6 +157,7 @@ func New(cfg Config) (*Processor, error) {
 	lc.AsyncCommit = true
 	if cfg.Mode == Live {
 		lc.StandbyReplicas = cfg.StandbyReplicas
+		// TODO(issue 26): lc.StandbyTidy = newStandbyTidy(p.store, cfg.Dedup).tidy once eos.Config has the field.
 	}
 	p.loop = eos.New(lc, (*pipeline)(p))
 	return p, nil
