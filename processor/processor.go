@@ -157,7 +157,9 @@ func New(cfg Config) (*Processor, error) {
 	lc.AsyncCommit = true
 	if cfg.Mode == Live {
 		lc.StandbyReplicas = cfg.StandbyReplicas
-		// TODO(issue 26): lc.StandbyTidy = newStandbyTidy(p.store, cfg.Dedup).tidy once eos.Config has the field.
+		// A standby never sweeps: it deletes the expired segment entries
+		// a segment's tombstone does not name itself.
+		lc.StandbyTidy = newStandbyTidy(p.store, cfg.Dedup).tidy
 	}
 	p.loop = eos.New(lc, (*pipeline)(p))
 	return p, nil
@@ -238,11 +240,18 @@ func restoreRecord(d *dedup.Store) func(key, value []byte, now time.Time, emit f
 
 // Restored rebuilds the task's gap index from the store and brings its
 // dedup state up to date (the restore finished every transaction first,
-// so no batch of the task is open).
+// so no batch of the task is open). A restore that wrote nothing since the
+// last one (the verification after an assignment, mostly) leaves both as
+// they are: nothing else writes an unverified task's state, so they still
+// match the store, and rebuilding them scans every aggregate of the task
+// (seconds at millions of aggregates, on a takeover's way to ready).
 func (ts *taskState) Restored() error {
 	p, t := ts.p, ts.task
 	if ts.claims {
 		return nil // decided keys are read from the store as claims come
+	}
+	if ts.dedup != nil && t.RestoredRecords == 0 {
+		return nil
 	}
 	if ts.dedup != nil {
 		// a sweep in progress survives a re-restore

@@ -141,7 +141,9 @@ func (t *Txn) SetChangelogOffset(task Task, next int64) {
 
 // Commit writes the staged state and changelog offsets to Pebble in one synced
 // batch and empties the txn. Call it only after the Kafka transaction
-// committed (docs/design.md#behind-kafka).
+// committed (docs/design.md#behind-kafka), and from one goroutine at a time
+// per store: the background-flush bookkeeping (maybeFlush) is the
+// committer's alone. Store.Restore may run beside it (a standby replica).
 func (t *Txn) Commit() error {
 	if err := t.write(); err != nil {
 		return err
