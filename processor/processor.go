@@ -240,7 +240,9 @@ func restoreRecord(d *dedup.Store) func(key, value []byte, now time.Time, emit f
 
 // Restored rebuilds the task's gap index from the store and brings its
 // dedup state up to date (the restore finished every transaction first,
-// so no batch of the task is open). A restore that wrote nothing since the
+// so no batch of the task is open). The loop calls it for several tasks at
+// once (eos.Config.Parallel): it touches this task's state alone, and
+// AfterRestore publishes the gap summaries once they are all done. A restore that wrote nothing since the
 // last one (the verification after an assignment, mostly) leaves both as
 // they are: nothing else writes an unverified task's state, so they still
 // match the store, and rebuilding them scans every aggregate of the task
@@ -286,9 +288,12 @@ func (ts *taskState) Restored() error {
 		}
 		return nil
 	})
-	p.publishGaps()
 	return err
 }
+
+// AfterRestore publishes the gap summaries of the tasks just restored
+// (eos.AfterRestorer).
+func (h *pipeline) AfterRestore() { (*Processor)(h).publishGaps() }
 
 // Revoked drops the task's gaps from the published summary (the loop no
 // longer lists the task).

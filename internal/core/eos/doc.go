@@ -41,11 +41,14 @@
 // task (NewTask, on assignment, before the task's first restore) and the
 // loop calls it for that task alone: Restored after each restore, Process
 // per record, Stage once per batch, Revoked at the end. Handler and
-// TaskHandler methods are called from the loop, except TaskHandler.Process
-// and Stage with Config.Parallel: then each task's records are processed,
-// and its batch staged, on one of up to GOMAXPROCS goroutines, never two
-// tasks' records sharing a Batch or a TaskHandler.
-// With Config.AsyncCommit a goroutine writes the committed transaction to
+// TaskHandler methods are called from the loop, except TaskHandler.Process,
+// Stage and Restored with Config.Parallel: then each task's records are
+// processed, its batch staged and its restored state taken up, on one of
+// up to GOMAXPROCS goroutines, never two tasks' records sharing a Batch or a
+// TaskHandler (a Handler that is an AfterRestorer then does its loop-wide
+// work after a restore on the loop). The standby replica (standby.go) reads
+// the changelogs of tasks the loop does not own on its own goroutine and
+// client. With Config.AsyncCommit a goroutine writes the committed transaction to
 // Pebble (reading its txns only) while the loop goes on; the loop runs the
 // hooks once the write has landed.
 package eos

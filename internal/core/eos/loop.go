@@ -2,9 +2,12 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -32,8 +35,9 @@ type Handler[T TaskHandler] interface {
 }
 
 // TaskHandler is a Handler's state and work for one owned task. Its methods
-// run on the loop goroutine, except Process and Stage with Config.Parallel:
-// then on the goroutine processing the task's batch (one at a time).
+// run on the loop goroutine, except Process, Stage and Restored with
+// Config.Parallel: then on the goroutine processing the task's batch, or
+// taking up its restored state (one at a time per task).
 type TaskHandler interface {
 	// Restored is called after the task's state was restored (again), with
 	// no transaction open: rebuild in-memory indexes from the store here.
@@ -122,10 +126,11 @@ type Config struct {
 	// corrupt record) fails the restore.
 	Restore func(changelogKey, value []byte, now time.Time, emit func(key, value []byte)) error
 	Stats   *Stats
-	// Parallel lets TaskHandler.Process run concurrently for different
-	// tasks (one goroutine per task at a time, up to GOMAXPROCS): the
-	// handler must keep no state shared between tasks outside each task's
-	// TaskHandler and Batch.
+	// Parallel lets TaskHandler.Process, Stage and Restored run
+	// concurrently for different tasks (one goroutine per task at a time,
+	// up to GOMAXPROCS): the handler must keep no state shared between
+	// tasks outside each task's TaskHandler and Batch (AfterRestore does
+	// the loop-wide work of a restore).
 	Parallel bool
 	// AsyncCommit writes a committed transaction's state to Pebble in the
 	// background while the next transaction polls and processes; the next
@@ -339,7 +344,49 @@ func (l *Loop[T]) Run(ctx context.Context) (err error) {
 
 // newRestorer returns the loop's restorer reading changelogs with cl.
 func (l *Loop[T]) newRestorer(cl *kgo.Client) *restorer {
-	return &restorer{cfg: &l.cfg, stats: l.stats, settle: l.settle, cl: cl}
+	return &restorer{cfg: &l.cfg, stats: l.stats, settle: l.settle, cl: cl, restored: l.restored}
+}
+
+// AfterRestorer is a Handler that has loop-wide work after its tasks'
+// Restored calls (the processor publishes its gap summaries).
+type AfterRestorer interface {
+	AfterRestore()
+}
+
+// restored calls Restored for each restored task – with Config.Parallel on
+// up to GOMAXPROCS goroutines, one task each at a time: rebuilding a task's
+// in-memory state scans its store, seconds at millions of aggregates, and
+// a takeover is not ready before every task's is done – then the Handler's
+// AfterRestore, on the loop goroutine.
+func (l *Loop[T]) restored(ts []*Task) error {
+	workers := 1
+	if l.cfg.Parallel {
+		workers = min(len(ts), runtime.GOMAXPROCS(0))
+	}
+	errs := make([]error, len(ts))
+	if workers <= 1 {
+		for i, t := range ts {
+			errs[i] = t.h.Restored()
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(ts); i = int(next.Add(1) - 1) {
+					errs[i] = ts[i].h.Restored()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if a, ok := any(l.h).(AfterRestorer); ok && len(ts) > 0 {
+		a.AfterRestore()
+	}
+	return nil
 }
 
 // revokeAll revokes every task still owned as Run returns, so that the

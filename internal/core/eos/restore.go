@@ -27,6 +27,9 @@ type restorer struct {
 	// standby: the restorer tails standby tasks (standby.go): its records
 	// count as Stats.Standby's, and each read logs at debug level.
 	standby bool
+	// restored hands restored tasks to their handlers (Loop.restored):
+	// TaskHandler.Restored, then the Handler's AfterRestore.
+	restored func([]*Task) error
 }
 
 const restoreChunk = 10000
@@ -107,6 +110,7 @@ func (r *restorer) restoreOnce(ctx context.Context, ts []*Task, settle bool) err
 		byTopic[cl] = append(byTopic[cl], t)
 	}
 	adm := kadm.NewClient(r.cl)
+	var done []*Task
 	for topic, tasks := range byTopic {
 		hwms, err := adm.ListEndOffsets(ctx, topic)
 		if err == nil {
@@ -134,12 +138,10 @@ func (r *restorer) restoreOnce(ctx context.Context, ts []*Task, settle bool) err
 			if settle {
 				t.verified = true
 			}
-			if err := t.h.Restored(); err != nil {
-				return err
-			}
+			done = append(done, t)
 		}
 	}
-	return nil
+	return r.restored(done)
 }
 
 // stableOffsets lists the last stable offsets of topic; with settle it waits
