@@ -67,6 +67,18 @@ func standbyTakeover(t *testing.T, seed uint64, midTxn bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A check that fails stops the test with the workers still running:
+	// they must stop before the test's directories go.
+	var w1Stopped, w2Ended bool
+	t.Cleanup(func() {
+		if !w2Ended {
+			w2.cancel()
+			_ = w2.wait(t, time.Minute)
+		}
+		if !w1Stopped {
+			_ = w1.stop(t)
+		}
+	})
 	most := len(recs) * 4 / 5
 	e.produce(recs[:most])
 	e.waitCaughtUp(2 * time.Minute)
@@ -97,7 +109,9 @@ func standbyTakeover(t *testing.T, seed uint64, midTxn bool) {
 
 	kill.Store(true)
 	e.produce(recs[most:])
-	if err := w2.wait(t, time.Minute); !isCrash(err) {
+	err = w2.wait(t, time.Minute)
+	w2Ended = true
+	if !isCrash(err) {
 		t.Fatalf("victim: %v, want the injected crash", err)
 	}
 	killed := time.Now()
@@ -127,6 +141,7 @@ func standbyTakeover(t *testing.T, seed uint64, midTxn bool) {
 		t.Errorf("takeover restored %d of the %d changelog records of the dead member's partitions: the standby did not spare the restore", restored, full)
 	}
 	e.waitCaughtUp(2 * time.Minute)
+	w1Stopped = true
 	if err := w1.stop(t); err != nil {
 		t.Fatal(err)
 	}
