@@ -41,8 +41,8 @@ balancer is listed before kgo.CooperativeStickyBalancer, so a rolling
 upgrade from cooperative-sticky stays cooperative throughout: the group uses
 cooperative-sticky until every member offers projector-standby-v1. A change
 of the data encoding must change the protocol name (…-v2) for the same
-reason: a leader fails a rebalance on UserData it cannot decode, rather than
-balance on positions it misread.
+reason: a leader balances a member whose positions it cannot decode as one
+without state (and warns), which is right only if nothing misread them.
 
 Why it is used only when standbys are on: its join metadata changes as
 positions move, and Kafka compares join metadata byte for byte. What Apache
@@ -101,14 +101,17 @@ type standbyBalancer struct {
 	replicas  int
 	positions func() map[state.Task]int64
 	assigned  func(standby []state.Task)
+	warn      func(error)
 }
 
 // newStandbyBalancer returns the group balancer used when standby replicas are on.
 // replicas: standby copies per task (≥1). positions: called when joining; returns the next changelog
 // offset the local store holds for each task it has state for (tasks absent: no state). assigned: called
-// with this member's standby tasks on every sync (from ParseSyncAssignment), possibly empty.
-func newStandbyBalancer(replicas int, positions func() map[state.Task]int64, assigned func(standby []state.Task)) kgo.GroupBalancer {
-	return &standbyBalancer{replicas: max(replicas, 0), positions: positions, assigned: assigned}
+// with this member's standby tasks on every sync (from ParseSyncAssignment), possibly empty. warn
+// (nil: none) hears of a member whose positions do not decode, which the balance then treats as
+// having none.
+func newStandbyBalancer(replicas int, positions func() map[state.Task]int64, assigned func(standby []state.Task), warn func(error)) kgo.GroupBalancer {
+	return &standbyBalancer{replicas: max(replicas, 0), positions: positions, assigned: assigned, warn: warn}
 }
 
 func (*standbyBalancer) ProtocolName() string { return standbyProtocol }
@@ -162,19 +165,22 @@ func (b *standbyBalancer) ParseSyncAssignment(assignment []byte) (map[string][]i
 	return active, nil
 }
 
-// MemberBalancer decodes every member's metadata and positions; a member
-// whose metadata or positions do not decode fails the balance, named.
+// MemberBalancer decodes every member's metadata and positions. A member
+// whose metadata does not decode fails the balance, named (kgo cannot tell
+// its topics either); one whose positions do not decode is balanced as a
+// member without state, and warn names it: positions only order the
+// preference, and failing the balance would leave the whole group without
+// partitions until that member changed.
 func (b *standbyBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
 	r := &standbyRound{replicas: b.replicas}
 	cb, err := kgo.NewConsumerBalancer(r, members)
 	if err != nil {
 		return nil, nil, fmt.Errorf("eos: standby balancer: %s: %w", unreadableMember(members), err)
 	}
-	var first error
 	cb.EachMember(func(jm *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
 		pos, err := decodePositions(meta.UserData)
-		if err != nil && first == nil {
-			first = fmt.Errorf("eos: standby balancer: positions of %s: %w", memberName(jm), err)
+		if err != nil && b.warn != nil {
+			b.warn(fmt.Errorf("eos: standby balancer: positions of %s, balanced as a member without state: %w", memberName(jm), err))
 		}
 		m := member{id: jm.MemberID, topics: meta.Topics, generation: meta.Generation, positions: pos}
 		for _, o := range meta.OwnedPartitions {
@@ -184,9 +190,6 @@ func (b *standbyBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember)
 		}
 		r.members = append(r.members, m)
 	})
-	if first != nil {
-		return nil, nil, first
-	}
 	return cb, cb.MemberTopics(), nil
 }
 

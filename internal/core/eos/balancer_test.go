@@ -378,7 +378,7 @@ func TestBalancerBalanceAndSync(t *testing.T) {
 	got := make(map[string][]state.Task)
 	bal := func(id string, pos map[state.Task]int64) kgo.GroupBalancer {
 		return newStandbyBalancer(1, func() map[state.Task]int64 { return pos },
-			func(s []state.Task) { got[id] = s })
+			func(s []state.Task) { got[id] = s }, nil)
 	}
 	a := bal("a", map[state.Task]int64{task("in", 2): 40})
 	b := bal("b", nil)
@@ -426,10 +426,13 @@ func TestBalancerBalanceAndSync(t *testing.T) {
 	}
 }
 
-// TestBalancerUndecodableMember: a member whose positions do not decode
-// fails the balance, named.
+// TestBalancerUndecodableMember: a member whose positions do not decode is
+// balanced as one without state, and warn names it; one whose metadata does
+// not decode fails the balance, named; bad standby tasks in a sync
+// assignment are an error.
 func TestBalancerUndecodableMember(t *testing.T) {
-	b := newStandbyBalancer(1, nil, nil)
+	var warned []error
+	b := newStandbyBalancer(1, nil, nil, func(err error) { warned = append(warned, err) })
 	meta := kmsg.NewConsumerMemberMetadata()
 	meta.Version = 3
 	meta.Topics = []string{"in"}
@@ -437,9 +440,19 @@ func TestBalancerUndecodableMember(t *testing.T) {
 	bad := kmsg.NewJoinGroupResponseMember()
 	bad.MemberID, bad.InstanceID = "m-2", kmsg.StringPtr("i-2")
 	bad.ProtocolMetadata = meta.AppendTo(nil)
-	_, _, err := b.MemberBalancer([]kmsg.JoinGroupResponseMember{joinMember("m-1", b, nil, 1), bad})
-	if !errors.Is(err, errStandbyData) || !strings.Contains(err.Error(), `member "m-2" (instance "i-2")`) {
-		t.Fatalf("err %v", err)
+	mb, topics, err := b.MemberBalancer([]kmsg.JoinGroupResponseMember{joinMember("m-1", b, nil, 1), bad})
+	if err != nil || len(topics) != 1 {
+		t.Fatalf("a member with unreadable positions failed the balance: %v (topics %v)", err, topics)
+	}
+	if len(warned) != 1 || !errors.Is(warned[0], errStandbyData) || !strings.Contains(warned[0].Error(), `member "m-2" (instance "i-2")`) {
+		t.Fatalf("warnings %v, want one naming m-2", warned)
+	}
+	plan, err := mb.(kgo.GroupMemberBalancerOrError).BalanceOrError(map[string]int32{"in": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plan.IntoSyncAssignment(); len(got) != 2 {
+		t.Fatalf("balanced %d members, want 2", len(got))
 	}
 	garbage := bad
 	garbage.ProtocolMetadata = []byte{0, 3, 0xff}
@@ -491,7 +504,7 @@ func startGroupMember(t *testing.T, addrs []string, name string, pos map[state.T
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ClientID(name), // member ids start with it: member order
 		kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"),
-		kgo.Balancers(newStandbyBalancer(1, func() map[state.Task]int64 { return pos }, assigned), kgo.CooperativeStickyBalancer()),
+		kgo.Balancers(newStandbyBalancer(1, func() map[state.Task]int64 { return pos }, assigned, nil), kgo.CooperativeStickyBalancer()),
 		kgo.HeartbeatInterval(100*time.Millisecond), kgo.SessionTimeout(6*time.Second),
 		kgo.OnPartitionsAssigned(change(true)), kgo.OnPartitionsRevoked(change(false)), kgo.OnPartitionsLost(change(false)))
 	if err != nil {

@@ -116,7 +116,9 @@ func (l *Loop[T]) sessionOpts() []kgo.Opt {
 		// older version (and a rolling upgrade) balanced: the group uses
 		// the first protocol every member names.
 		opts = append(opts, kgo.Balancers(
-			newStandbyBalancer(l.cfg.StandbyReplicas, l.positions, l.onStandby),
+			newStandbyBalancer(l.cfg.StandbyReplicas, l.positions, l.onStandby, func(err error) {
+				l.cfg.Logger.Warn("standby replicas: a member's join metadata has unreadable positions", "err", err)
+			}),
 			kgo.CooperativeStickyBalancer()))
 	}
 	opts = append(opts, ClientTuning()...)
