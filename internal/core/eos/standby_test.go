@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -185,5 +186,40 @@ func TestStandbyRereadsAReturningTaskAfterListing(t *testing.T) {
 	})
 	if _, _, n := r.sb.r.stats.Standby(); n != 10+20000 {
 		t.Fatalf("the standby wrote %d changelog records, want %d (X's 10, Y's 20000): X was read again from scratch", n, 10+20000)
+	}
+}
+
+// TestUpdateStandbyHandsOverOnlyUnownedTasks: the loop hands the standby the
+// tasks the group wants tailed here minus those it owns or is about to own
+// (one-writer-per-task); a sync's standby list is kept until the next one,
+// and dropped when an assignment arrives without one (the group balanced
+// with cooperative-sticky: a member of an older version is in it).
+func TestUpdateStandbyHandsOverOnlyUnownedTasks(t *testing.T) {
+	l := New[*restoreTask](Config{StandbyReplicas: 1}, &restoreHandler{})
+	l.sb = newStandby(&restorer{cfg: &l.cfg, stats: l.stats, standby: true})
+	owned, pending := state.Task{Topic: "in", Partition: 0}, state.Task{Topic: "in", Partition: 1}
+	free := state.Task{Topic: "in", Partition: 2}
+	l.tasks[owned] = ownedTask[*restoreTask]{Task: &Task{ID: owned}}
+	tailed := func() map[state.Task]bool {
+		l.sb.mu.Lock()
+		defer l.sb.mu.Unlock()
+		return maps.Clone(l.sb.want)
+	}
+
+	l.onStandby([]state.Task{owned, pending, free})
+	l.onAssigned(context.Background(), nil, nil) // the same sync's assignment
+	if err := l.updateStandby(map[state.Task]bool{pending: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := tailed(); !maps.Equal(got, map[state.Task]bool{free: true}) {
+		t.Fatalf("standby tails %v, want only %v (not the owned %v nor the pending %v)", got, free, owned, pending)
+	}
+
+	l.onAssigned(context.Background(), nil, nil) // a sync without standby tasks
+	if err := l.updateStandby(nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := tailed(); len(got) != 0 {
+		t.Fatalf("standby tails %v after an assignment without standby tasks, want none", got)
 	}
 }
