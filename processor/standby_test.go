@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/core/topicread"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/processor"
 )
@@ -88,14 +88,18 @@ func standbyTakeover(t *testing.T, seed uint64, midTxn bool) {
 	victim := tasksOf(w2.p.Stats().Assigned())
 	changelog := processor.ChangelogTopic(group, inputTopic)
 	// The survivor's standby has read the dead member's changelog to its end.
-	ends := endOffsets(t, e.brokers, changelog)
+	// No transaction is open now: the last stable offsets are the ends.
+	ends, _, err := topicread.StableEnds(context.Background(), []kgo.Opt{kgo.SeedBrokers(e.brokers...)}, changelog)
+	if err != nil {
+		t.Fatal(err)
+	}
 	testkit.Await(t, time.Minute, "the standby at the changelog's end", func() bool {
 		pos, err := w1.store.Positions()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, id := range victim {
-			if pos[id] < ends[id.Partition] {
+			if pos[id] < ends[changelog][id.Partition].End {
 				return false
 			}
 		}
@@ -153,28 +157,6 @@ func tasksOf(ps []processor.Partition) []state.Task {
 	for i, p := range ps {
 		out[i] = state.Task{Topic: p.Topic, Partition: p.Partition}
 	}
-	return out
-}
-
-// endOffsets are topic's high watermarks by partition.
-func endOffsets(t *testing.T, brokers []string, topic string) map[int32]int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
 	return out
 }
 

@@ -80,6 +80,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -128,7 +129,7 @@ func (b *standbyBalancer) JoinGroupMetadata(interests []string, current map[stri
 	meta.Version = 3
 	meta.Topics = interests
 	meta.Generation = generation
-	for _, topic := range sortedKeys(current) {
+	for _, topic := range slices.Sorted(maps.Keys(current)) {
 		owned := kmsg.NewConsumerMemberMetadataOwnedPartition()
 		owned.Topic = topic
 		owned.Partitions = slices.Sorted(slices.Values(current[topic]))
@@ -238,7 +239,7 @@ func (r *standbyRound) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32
 	out := make(syncAssignment, 0, len(r.members))
 	for _, m := range r.members {
 		a := kmsg.NewConsumerMemberAssignment()
-		for _, topic := range sortedKeys(adjusted[m.id]) {
+		for _, topic := range slices.Sorted(maps.Keys(adjusted[m.id])) {
 			if parts := adjusted[m.id][topic]; len(parts) > 0 {
 				at := kmsg.NewConsumerMemberAssignmentTopic()
 				at.Topic = topic
@@ -258,15 +259,6 @@ func (r *standbyRound) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32
 type syncAssignment []kmsg.SyncGroupRequestGroupAssignment
 
 func (s syncAssignment) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment { return s }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
 
 // compareTasks orders tasks by topic, then partition.
 func compareTasks(a, b state.Task) int {
@@ -288,11 +280,7 @@ const standbyDataVersion = 1
 // encodePositions sorts by topic then partition, so equal positions give
 // equal bytes (the coordinator compares join metadata byte for byte).
 func encodePositions(pos map[state.Task]int64) []byte {
-	tasks := make([]state.Task, 0, len(pos))
-	for t := range pos {
-		tasks = append(tasks, t)
-	}
-	slices.SortFunc(tasks, compareTasks)
+	tasks := slices.SortedFunc(maps.Keys(pos), compareTasks)
 	return encodeGrouped(tasks, func(dst []byte, t state.Task) []byte { return binary.AppendVarint(dst, pos[t]) })
 }
 

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"cmp"
+	"maps"
 	"math/big"
 	"slices"
 
@@ -54,7 +55,7 @@ func newPlanner(members []member, partitions map[string]int32) *planner {
 			}
 		}
 	}
-	for _, topic := range sortedKeys(p.interested) {
+	for _, topic := range slices.Sorted(maps.Keys(p.interested)) {
 		for part := range partitions[topic] {
 			p.tasks = append(p.tasks, state.Task{Topic: topic, Partition: part})
 		}

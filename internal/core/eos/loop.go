@@ -2,10 +2,8 @@ package eos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -354,33 +352,12 @@ type AfterRestorer interface {
 }
 
 // restored calls Restored for each restored task – with Config.Parallel on
-// up to GOMAXPROCS goroutines, one task each at a time: rebuilding a task's
-// in-memory state scans its store, seconds at millions of aggregates, and
-// a takeover is not ready before every task's is done – then the Handler's
-// AfterRestore, on the loop goroutine.
+// up to GOMAXPROCS goroutines, one task each at a time (eachTask): rebuilding
+// a task's in-memory state scans its store, seconds at millions of
+// aggregates, and a takeover is not ready before every task's is done – then
+// the Handler's AfterRestore, on the loop goroutine.
 func (l *Loop[T]) restored(ts []*Task) error {
-	workers := 1
-	if l.cfg.Parallel {
-		workers = min(len(ts), runtime.GOMAXPROCS(0))
-	}
-	errs := make([]error, len(ts))
-	if workers <= 1 {
-		for i, t := range ts {
-			errs[i] = t.h.Restored()
-		}
-	} else {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(ts); i = int(next.Add(1) - 1) {
-					errs[i] = ts[i].h.Restored()
-				}
-			})
-		}
-		wg.Wait()
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := l.eachTask(len(ts), func(i int, _ *atomic.Bool) error { return ts[i].h.Restored() }); err != nil {
 		return err
 	}
 	if a, ok := any(l.h).(AfterRestorer); ok && len(ts) > 0 {

@@ -49,14 +49,8 @@ func (l *Loop[T]) processAll(b *Batch, fetches kgo.Fetches) error {
 			idle = append(idle, c)
 		}
 	}
-	// Workers take the tasks in turn; the first error stops them all.
-	var (
-		next atomic.Int64
-		stop atomic.Bool
-		emu  sync.Mutex
-		ferr error
-	)
-	run := func(w taskWork) error {
+	ferr := l.eachTask(len(work), func(i int, stop *atomic.Bool) error {
+		w := work[i]
 		for _, r := range w.recs {
 			if stop.Load() {
 				return nil
@@ -66,14 +60,37 @@ func (l *Loop[T]) processAll(b *Batch, fetches kgo.Fetches) error {
 			}
 		}
 		return l.stage(w.b)
+	})
+	if ferr != nil {
+		return ferr
 	}
+	for _, c := range idle {
+		if err := l.stage(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachTask runs fn(i) for i in [0, n): one after another on the loop's
+// goroutine, or with Config.Parallel on up to GOMAXPROCS goroutines that take
+// the indexes in turn (tasks share no state, decision 001). The first error
+// stops the others from taking more (fn may watch stop to end its own work
+// early) and is returned.
+func (l *Loop[T]) eachTask(n int, fn func(i int, stop *atomic.Bool) error) error {
+	var (
+		next atomic.Int64
+		stop atomic.Bool
+		emu  sync.Mutex
+		ferr error
+	)
 	worker := func() {
 		for {
 			i := int(next.Add(1) - 1)
-			if i >= len(work) || stop.Load() {
+			if i >= n || stop.Load() {
 				return
 			}
-			if err := run(work[i]); err != nil {
+			if err := fn(i, &stop); err != nil {
 				stop.Store(true)
 				emu.Lock()
 				if ferr == nil {
@@ -86,7 +103,7 @@ func (l *Loop[T]) processAll(b *Batch, fetches kgo.Fetches) error {
 	}
 	workers := 1
 	if l.cfg.Parallel {
-		workers = min(len(work), runtime.GOMAXPROCS(0))
+		workers = min(n, runtime.GOMAXPROCS(0))
 	}
 	if workers <= 1 {
 		worker() // on the loop's goroutine
@@ -97,15 +114,7 @@ func (l *Loop[T]) processAll(b *Batch, fetches kgo.Fetches) error {
 		}
 		wg.Wait()
 	}
-	if ferr != nil {
-		return ferr
-	}
-	for _, c := range idle {
-		if err := l.stage(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ferr
 }
 
 // stage ends a task batch's processing: the task handler's Stage, then its

@@ -163,7 +163,7 @@ func (s *standby) round(ctx context.Context) {
 	adm := kadm.NewClient(s.r.cl)
 	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
 		tasks := byTopic[topic]
-		slices.SortFunc(tasks, func(a, b state.Task) int { return cmp.Compare(a.Partition, b.Partition) })
+		slices.SortFunc(tasks, compareTasks)
 		hwms, err := adm.ListEndOffsets(ctx, topic)
 		if err == nil {
 			err = hwms.Error()

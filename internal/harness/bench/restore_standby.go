@@ -309,9 +309,5 @@ func (r *RestoreResult) printStandby(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(A ready: A's start until GET /readyz 200, alone, every partition restored; A RSS: its VmHWM then. B ready: B's start until ready with its half; B restored: its restore's records; standby done: B's start until the first poll (every 100 ms) that saw projector_standby_records_total at its final value (standby recs) with every standby partition caught up – final once B was ready, its restored and standby records together covered the changelog and the counter stayed the same for a second; B RSS then: its VmHWM at that confirmation. kill→assigned: A's SIGKILL until B's projector_assigned_partitions covers every partition (about the session timeout); assigned→ready: then until GET /readyz 200 (polled every 20 ms, metrics then /readyz: 0 is ready in the poll that saw the assignment; a 200 counts when the next poll's is one too); takeover restored: B's projector_restore_records_total delta over the takeover; B RSS then: its VmHWM once ready with every partition; B peak RSS: over its life, sampled every 10 ms until it exited on SIGTERM)")
-	if m := r.Mismatches(); len(m) > 0 {
-		fmt.Fprintf(w, "\nFAILED: %s\n", strings.Join(m, "; "))
-	} else {
-		fmt.Fprintln(w, "\nevery run: A restored exactly the changelog's committed records and ended by the SIGKILL, the takeover restored at most 1% of the changelog, B exited 0 on SIGTERM")
-	}
+	r.printVerdict(w, "every run: A restored exactly the changelog's committed records and ended by the SIGKILL, the takeover restored at most 1% of the changelog, B exited 0 on SIGTERM")
 }

@@ -17,13 +17,7 @@ import (
 // SIGTERM, and the figures are there. A second invocation on the same
 // directory reuses the setup.
 func TestRestoreBenchSmall(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := soak.Build(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, dir, bin := restoreBenchDir(t)
 	const n = 10_000
 	res, err := Restore(ctx, RestoreOptions{Aggregates: []int{n}, Partitions: 2, Runs: 2, Chunk: 4_000, Binary: bin, Dir: dir})
 	if err != nil {
@@ -81,13 +75,7 @@ func TestRestoreBenchSmall(t *testing.T) {
 // of A's half – its standby had it – and exits 0 on SIGTERM. The setup
 // made without --standby is reused by it.
 func TestRestoreBenchStandbySmall(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := soak.Build(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, dir, bin := restoreBenchDir(t)
 	const n = 2_000
 	o := RestoreOptions{Aggregates: []int{n}, Partitions: 2, Runs: 1, Chunk: 1_000, Binary: bin, Dir: dir, SetupOnly: true}
 	if _, err := Restore(ctx, o); err != nil {
@@ -121,4 +109,18 @@ func TestRestoreBenchStandbySmall(t *testing.T) {
 	if !strings.Contains(out.String(), "assigned→ready") || !strings.Contains(out.String(), "the takeover restored at most 1%") {
 		t.Fatalf("report:\n%s", out.String())
 	}
+}
+
+// restoreBenchDir is a restore bench's context (5 minutes at most), its
+// directory and the projector binary its workers run.
+func restoreBenchDir(t *testing.T) (ctx context.Context, dir, bin string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	dir = t.TempDir()
+	bin, err := soak.Build(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, dir, bin
 }
