@@ -223,3 +223,45 @@ func TestUpdateStandbyHandsOverOnlyUnownedTasks(t *testing.T) {
 		t.Fatalf("standby tails %v after an assignment without standby tasks, want none", got)
 	}
 }
+
+// TestUpdateStandbyWaitsForTheLastWrite (docs/design.md#one-writer-per-task):
+// a task the loop gave up may still have its last transaction's Pebble write
+// in flight; the standby gets the task only once that write has landed, or
+// the standby's restore and the loop's write would both write its keys.
+func TestUpdateStandbyWaitsForTheLastWrite(t *testing.T) {
+	l := New[*restoreTask](Config{StandbyReplicas: 1}, &restoreHandler{})
+	l.sb = newStandby(&restorer{cfg: &l.cfg, stats: l.stats, standby: true})
+	given := state.Task{Topic: "in", Partition: 0}
+	write := &inflight{done: make(chan struct{}), tx: newTxnBatches(nil, time.Now(), "", nil, nil).tx, start: time.Now()}
+	l.inflight = write
+	tailed := func() map[state.Task]bool {
+		l.sb.mu.Lock()
+		defer l.sb.mu.Unlock()
+		return maps.Clone(l.sb.want)
+	}
+
+	l.onStandby([]state.Task{given})
+	handed := make(chan error, 1)
+	go func() { handed <- l.updateStandby(nil, true) }() // the task was just revoked
+	// What is checked is an absence, so it is given a bounded time to
+	// appear: without the settle, the hand-over takes microseconds.
+	select {
+	case err := <-handed:
+		t.Fatalf("updateStandby returned (err %v) while the loop's last Pebble write was in flight; the standby tails %v", err, tailed())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if got := tailed(); len(got) != 0 {
+		t.Fatalf("the standby tails %v while the loop's last Pebble write is in flight, want none yet", got)
+	}
+
+	close(write.done) // the write lands
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	if got := tailed(); !maps.Equal(got, map[state.Task]bool{given: true}) {
+		t.Fatalf("the standby tails %v after the write landed, want %v", got, given)
+	}
+	if l.inflight != nil {
+		t.Fatal("the landed write is still the loop's in-flight write: it was not finished")
+	}
+}
