@@ -217,6 +217,13 @@ type Loop[T TaskHandler] struct {
 	// onAssigned).
 	standbySynced bool
 	sb            *standby
+	// storeDone: Run has returned, or is about to, and its caller may close
+	// the store; positions, which kgo calls on its own goroutine (a leave
+	// abandoned after closeWait can still be joining), reads it no more.
+	// storeMu is held across positions' read, so Run's end waits for one
+	// in progress.
+	storeMu   sync.Mutex
+	storeDone bool
 }
 
 // New returns a loop; call Run once.
@@ -272,7 +279,12 @@ func (l *Loop[T]) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("eos: session: %w", err)
 	}
-	defer func() { l.closeSession(sess, ctx.Err() != nil && err == nil) }()
+	defer func() {
+		l.closeSession(sess, ctx.Err() != nil && err == nil)
+		l.storeMu.Lock()
+		l.storeDone = true
+		l.storeMu.Unlock()
+	}()
 	l.sess = sess
 	if err := l.initProducer(ctx, sess); err != nil {
 		return l.stopping(ctx, err)

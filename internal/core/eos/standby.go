@@ -284,8 +284,14 @@ func (l *Loop[T]) startStandby(ctx context.Context) (stop func(), err error) {
 }
 
 // positions is what the balancer offers the group for this member: the next
-// changelog offset of every task the store holds (state.Store.Positions).
+// changelog offset of every task the store holds (state.Store.Positions);
+// none once Run has ended (storeDone): the store may be closed by then.
 func (l *Loop[T]) positions() map[state.Task]int64 {
+	l.storeMu.Lock()
+	defer l.storeMu.Unlock()
+	if l.storeDone {
+		return nil
+	}
 	p, err := l.cfg.Store.Positions()
 	if err != nil {
 		l.cfg.Logger.Warn("standby replicas: cannot read the store's changelog positions; joining the group without them", "err", err)

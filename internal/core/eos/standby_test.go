@@ -265,3 +265,55 @@ func TestUpdateStandbyWaitsForTheLastWrite(t *testing.T) {
 		t.Fatal("the landed write is still the loop's in-flight write: it was not finished")
 	}
 }
+
+// TestPositionsReadNoStoreAfterRun: kgo asks the balancer for the store's
+// positions on its own goroutine, and a leave that Run abandoned after
+// closeWait can still be joining when Run's caller closes the store. Once
+// Run has returned, positions must not read the store: it offers none.
+func TestPositionsReadNoStoreAfterRun(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "in.changelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := state.Open("mem", state.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	task := state.Task{Topic: "in", Partition: 0}
+	txn := st.NewTxn() // the store has read the (empty) changelog before
+	txn.SetChangelogOffset(task, 0)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	stats := NewStats()
+	l := New(Config{
+		Group: "g", TransactionalID: "g-t1",
+		Session: Session{Brokers: c.ListenAddrs(), DeadLetterTopic: "in.dlq", Partitions: 1,
+			Store: st, MaxRecordsPerTxn: 100, TransactionTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second},
+		Inputs:          []string{"in"},
+		ChangelogOf:     func(in string) string { return in + ".changelog" },
+		CreateInputs:    true,
+		Stats:           stats,
+		StandbyReplicas: 1,
+	}, &restoreHandler{restored: map[state.Task]int{}})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+	if err := stats.WaitReady(ctx); err != nil {
+		t.Fatalf("not ready: %v", err)
+	}
+	if p := l.positions(); len(p) != 1 {
+		t.Fatalf("positions while running: %v, want %s's", p, task)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if p := l.positions(); p != nil {
+		t.Fatalf("positions after Run returned: %v, want none (the store may be closing)", p)
+	}
+}
