@@ -52,7 +52,7 @@ func newValueCache(capacity int) *valueCache {
 	c := &valueCache{shards: make([]cacheShard, cacheShards)}
 	for i := range c.shards {
 		per := max(1, capacity/cacheShards)
-		c.shards[i] = cacheShard{m: make(map[uint64]cacheEntry, per), cap: per}
+		c.shards[i] = cacheShard{m: make(map[uint64]cacheEntry), cap: per}
 	}
 	return c
 }
