@@ -79,13 +79,21 @@ func standbyTakeover(t *testing.T, seed uint64, midTxn bool) {
 			_ = w1.stop(t)
 		}
 	})
+	// The group is balanced before the first record: the dead member's
+	// partitions are then processed by it alone, and the survivor has them
+	// only through its standby (had w1 processed them before w2 joined, its
+	// store would hold them already and the standby would read nothing).
+	twoEach := func() bool {
+		return len(w1.p.Stats().Assigned()) == 2 && len(w2.p.Stats().Assigned()) == 2
+	}
+	testkit.Await(t, time.Minute, "two partitions each", twoEach)
+	victim := tasksOf(w2.p.Stats().Assigned())
 	most := len(recs) * 4 / 5
 	e.produce(recs[:most])
 	e.waitCaughtUp(2 * time.Minute)
-	testkit.Await(t, time.Minute, "two partitions each", func() bool {
-		return len(w1.p.Stats().Assigned()) == 2 && len(w2.p.Stats().Assigned()) == 2
-	})
-	victim := tasksOf(w2.p.Stats().Assigned())
+	if !twoEach() || !slices.Equal(tasksOf(w2.p.Stats().Assigned()), victim) {
+		t.Fatalf("the group rebalanced while the records were processed: w2 owns %v, had %v", w2.p.Stats().Assigned(), victim)
+	}
 	changelog := processor.ChangelogTopic(group, inputTopic)
 	// The survivor's standby has read the dead member's changelog to its end.
 	// No transaction is open now: the last stable offsets are the ends.
