@@ -60,7 +60,7 @@ func TestFaultCrashLoop(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const crashes = 5
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, 20_000, 2_000, nil)
+			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
 			e.produce(recs)
 			rng := rand.New(rand.NewPCG(tc.seed, 1))
 			crashed := 0
@@ -70,7 +70,7 @@ func TestFaultCrashLoop(t *testing.T) {
 				if last != nil {
 					restored += last.p.Stats().Restored()
 				}
-				o := instOpts{maxRecs: 200}
+				o := instOpts{maxRecs: raceLean(200)}
 				if life < crashes {
 					n := 1 + rng.IntN(6)
 					switch {
@@ -117,7 +117,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 	}{{"applied-response-lost", 201, true}, {"dropped-before-broker", 202, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, 20_000, 2_000, nil)
+			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
 			e.produce(recs)
 			var seen, injected atomic.Int64
 			c := e.b.Cluster
@@ -143,7 +143,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 			// answer that comes after the client stopped waiting) is the
 			// same.
 			var lost endTxnLost
-			o := instOpts{maxRecs: 300, clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
+			o := instOpts{maxRecs: raceLean(300), clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
 			errs := e.supervise(5*time.Minute, nil, func(int) *instance { return e.start(o) })
 			if injected.Load() == 0 {
 				t.Fatal("no EndTxn was interfered with")
@@ -178,7 +178,7 @@ func (h *endTxnLost) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.Broker
 func TestFaultDuplicateDelivery(t *testing.T) {
 	const seed = 301
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, func(o *workload.Options) { o.Duplicates = 1.0 })
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Duplicates = 1.0 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 500})
 	e.waitCaughtUp(3 * time.Minute)
@@ -203,12 +203,12 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 func TestFaultZombieFenced(t *testing.T) {
 	const seed = 401
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, nil)
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), nil)
 	e.produce(recs)
 	inTxn := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int64
-	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &eos.Hooks{
+	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: raceLean(300), hooks: &eos.Hooks{
 		AfterStage: func() error {
 			if calls.Add(1) == 3 {
 				close(inTxn)
@@ -222,7 +222,7 @@ func TestFaultZombieFenced(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("zombie never reached its third transaction")
 	}
-	successor := e.start(instOpts{id: "same", stateDir: e.dir + "/successor", maxRecs: 300})
+	successor := e.start(instOpts{id: "same", stateDir: e.dir + "/successor", maxRecs: raceLean(300)})
 	waitProgress(t, successor, 3)
 	close(release)
 	err := zombie.wait(t, time.Minute)
@@ -300,7 +300,7 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 func TestFaultPoisonRecords(t *testing.T) {
 	const seed = 601
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, func(o *workload.Options) { o.Invalid, o.Conflicts = 0.05, 0.02 })
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Invalid, o.Conflicts = 0.05, 0.02 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 300})
 	e.waitCaughtUp(3 * time.Minute)
@@ -338,7 +338,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, 20_000, 2_000, nil)
+			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
 			e.produce(recs)
 			var on atomic.Bool
 			var hits atomic.Int64
@@ -353,7 +353,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 			errs := e.supervise(4*time.Minute, nil, func(life int) *instance {
 				if life > 0 {
 					on.Store(false) // the operator freed the disk
-					return e.start(instOpts{maxRecs: 300})
+					return e.start(instOpts{maxRecs: raceLean(300)})
 				}
 				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: memtableBytes}, growMemtable
 				if tc.noWAL {
@@ -361,7 +361,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					// the full disk soon after it fills.
 					so, grow = state.Options{FS: fs, CachedValues: -1, NoWAL: true, FlushEvery: 200 * time.Millisecond}, nil
 				}
-				in, err := e.startWith(instOpts{maxRecs: 300}, so, func(_ *processor.Config, st *state.Store) {
+				in, err := e.startWith(instOpts{maxRecs: raceLean(300)}, so, func(_ *processor.Config, st *state.Store) {
 					if grow != nil {
 						grow(t, st)
 					}
@@ -421,7 +421,7 @@ func growMemtable(t *testing.T, st *state.Store) {
 func TestFaultOutOfOrderVersions(t *testing.T) {
 	const seed = 801
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, func(o *workload.Options) { o.Reorder = 0.3 })
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Reorder = 0.3 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 300})
 	e.waitCaughtUp(3 * time.Minute)
