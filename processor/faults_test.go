@@ -402,18 +402,31 @@ const memtableBytes = 16 << 20
 // failure during a rotation is a Pebble panic with its mutex released: a
 // fatal runtime error that ends the process. In production that is a crash
 // like any other (the restart restores from the changelog); here it would
-// end the test binary.
+// end the test binary. The bytes are what grow the memtable: they go as
+// 32 KiB values in ~1 MiB batches, 576 keys, since the per-key work (the
+// memtable's inserts, the flushes and compactions of the filled memtables,
+// the restart's key scan) was most of the test's CPU under -race with 1 KiB
+// values (18,432 keys).
+//
+// It then waits until the filled memtables are flushed and their tables
+// compacted: a flush or compaction that is still writing when the disk
+// fails would fail in Pebble's background (a fatal error that ends the
+// process), not in the processor's writes the test is about.
 func growMemtable(t *testing.T, st *state.Store) {
-	val := make([]byte, 1<<10)
+	val := make([]byte, 32<<10)
 	for i := range memtableBytes>>20 + 2 {
 		txn := st.NewTxn()
-		for j := range 1 << 10 {
+		for j := range 1 << 5 {
 			txn.Set(fmt.Appendf(nil, "zfill-%03d-%04d", i, j), val)
 		}
 		if err := txn.Commit(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	testkit.Await(t, time.Minute, "the filled memtables flushed and compacted", func() bool {
+		m := st.Metrics()
+		return m.MemTable.Count == 1 && m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0
+	})
 }
 
 // TestFaultOutOfOrderVersions: 30% of the events are swapped with their
