@@ -151,18 +151,18 @@ func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
 // while partitions move between them (join, leave, rejoin) give the same result.
 func TestTwoInstancesRebalance(t *testing.T) {
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(21, 40_000, 4_000)
+	recs, exp := smallWorkload(21, raceLean(40_000), raceLean(4_000))
 	e.produce(recs[:len(recs)/3])
-	a := e.start(instOpts{id: "a", maxRecs: 200})
+	a := e.start(instOpts{id: "a", maxRecs: raceLean(200)})
 	waitProgress(t, a, 3)
-	b := e.start(instOpts{id: "b", maxRecs: 200}) // join: partitions move to b
+	b := e.start(instOpts{id: "b", maxRecs: raceLean(200)}) // join: partitions move to b
 	e.produce(recs[len(recs)/3 : 2*len(recs)/3])
 	waitProgress(t, b, 3)
 	if err := a.stop(t); err != nil { // leave: everything moves to b
 		t.Fatal(err)
 	}
 	e.produce(recs[2*len(recs)/3:])
-	a2 := e.start(instOpts{id: "a", maxRecs: 200}) // rejoin with a's old state dir
+	a2 := e.start(instOpts{id: "a", maxRecs: raceLean(200)}) // rejoin with a's old state dir
 	waitProgress(t, a2, 3)
 	e.waitCaughtUp(3 * time.Minute)
 	for _, in := range []*instance{a2, b} {
