@@ -60,7 +60,7 @@ func TestFaultCrashLoop(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const crashes = 5
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, 20_000, 2_000, nil)
+			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
 			e.produce(recs)
 			rng := rand.New(rand.NewPCG(tc.seed, 1))
 			crashed := 0
@@ -70,7 +70,7 @@ func TestFaultCrashLoop(t *testing.T) {
 				if last != nil {
 					restored += last.p.Stats().Restored()
 				}
-				o := instOpts{maxRecs: 200}
+				o := instOpts{maxRecs: raceLean(200)}
 				if life < crashes {
 					n := 1 + rng.IntN(6)
 					switch {
@@ -117,7 +117,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 	}{{"applied-response-lost", 201, true}, {"dropped-before-broker", 202, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, 20_000, 2_000, nil)
+			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
 			e.produce(recs)
 			var seen, injected atomic.Int64
 			c := e.b.Cluster
@@ -143,7 +143,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 			// answer that comes after the client stopped waiting) is the
 			// same.
 			var lost endTxnLost
-			o := instOpts{maxRecs: 300, clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
+			o := instOpts{maxRecs: raceLean(300), clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
 			errs := e.supervise(5*time.Minute, nil, func(int) *instance { return e.start(o) })
 			if injected.Load() == 0 {
 				t.Fatal("no EndTxn was interfered with")
@@ -178,7 +178,7 @@ func (h *endTxnLost) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.Broker
 func TestFaultDuplicateDelivery(t *testing.T) {
 	const seed = 301
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, func(o *workload.Options) { o.Duplicates = 1.0 })
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Duplicates = 1.0 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 500})
 	e.waitCaughtUp(3 * time.Minute)
@@ -203,12 +203,12 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 func TestFaultZombieFenced(t *testing.T) {
 	const seed = 401
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, nil)
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), nil)
 	e.produce(recs)
 	inTxn := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int64
-	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: 300, hooks: &eos.Hooks{
+	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: raceLean(300), hooks: &eos.Hooks{
 		AfterStage: func() error {
 			if calls.Add(1) == 3 {
 				close(inTxn)
@@ -222,7 +222,7 @@ func TestFaultZombieFenced(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("zombie never reached its third transaction")
 	}
-	successor := e.start(instOpts{id: "same", stateDir: e.dir + "/successor", maxRecs: 300})
+	successor := e.start(instOpts{id: "same", stateDir: e.dir + "/successor", maxRecs: raceLean(300)})
 	waitProgress(t, successor, 3)
 	close(release)
 	err := zombie.wait(t, time.Minute)
@@ -300,7 +300,7 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 func TestFaultPoisonRecords(t *testing.T) {
 	const seed = 601
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, func(o *workload.Options) { o.Invalid, o.Conflicts = 0.05, 0.02 })
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Invalid, o.Conflicts = 0.05, 0.02 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 300})
 	e.waitCaughtUp(3 * time.Minute)
@@ -338,7 +338,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, 20_000, 2_000, nil)
+			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
 			e.produce(recs)
 			var on atomic.Bool
 			var hits atomic.Int64
@@ -353,7 +353,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 			errs := e.supervise(4*time.Minute, nil, func(life int) *instance {
 				if life > 0 {
 					on.Store(false) // the operator freed the disk
-					return e.start(instOpts{maxRecs: 300})
+					return e.start(instOpts{maxRecs: raceLean(300)})
 				}
 				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: memtableBytes}, growMemtable
 				if tc.noWAL {
@@ -361,7 +361,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					// the full disk soon after it fills.
 					so, grow = state.Options{FS: fs, CachedValues: -1, NoWAL: true, FlushEvery: 200 * time.Millisecond}, nil
 				}
-				in, err := e.startWith(instOpts{maxRecs: 300}, so, func(_ *processor.Config, st *state.Store) {
+				in, err := e.startWith(instOpts{maxRecs: raceLean(300)}, so, func(_ *processor.Config, st *state.Store) {
 					if grow != nil {
 						grow(t, st)
 					}
@@ -402,18 +402,31 @@ const memtableBytes = 16 << 20
 // failure during a rotation is a Pebble panic with its mutex released: a
 // fatal runtime error that ends the process. In production that is a crash
 // like any other (the restart restores from the changelog); here it would
-// end the test binary.
+// end the test binary. The bytes are what grow the memtable: they go as
+// 32 KiB values in ~1 MiB batches, 576 keys, since the per-key work (the
+// memtable's inserts, the flushes and compactions of the filled memtables,
+// the restart's key scan) was most of the test's CPU under -race with 1 KiB
+// values (18,432 keys).
+//
+// It then waits until the filled memtables are flushed and their tables
+// compacted: a flush or compaction that is still writing when the disk
+// fails would fail in Pebble's background (a fatal error that ends the
+// process), not in the processor's writes the test is about.
 func growMemtable(t *testing.T, st *state.Store) {
-	val := make([]byte, 1<<10)
+	val := make([]byte, 32<<10)
 	for i := range memtableBytes>>20 + 2 {
 		txn := st.NewTxn()
-		for j := range 1 << 10 {
+		for j := range 1 << 5 {
 			txn.Set(fmt.Appendf(nil, "zfill-%03d-%04d", i, j), val)
 		}
 		if err := txn.Commit(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	testkit.Await(t, time.Minute, "the filled memtables flushed and compacted", func() bool {
+		m := st.Metrics()
+		return m.MemTable.Count == 1 && m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0
+	})
 }
 
 // TestFaultOutOfOrderVersions: 30% of the events are swapped with their
@@ -421,7 +434,7 @@ func growMemtable(t *testing.T, st *state.Store) {
 func TestFaultOutOfOrderVersions(t *testing.T) {
 	const seed = 801
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, 20_000, 2_000, func(o *workload.Options) { o.Reorder = 0.3 })
+	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Reorder = 0.3 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 300})
 	e.waitCaughtUp(3 * time.Minute)
@@ -538,6 +551,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noTelemetry(b.Cluster)
 	addr := b.Addr()
 	var bmu sync.Mutex
 	t.Cleanup(func() { bmu.Lock(); b.Close(); bmu.Unlock() })
@@ -558,6 +572,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 			var err error
 			for range 50 {
 				if b, err = broker.Start(broker.Options{Dir: dir + "/broker", Listen: addr, Partitions: 4}); err == nil {
+					noTelemetry(b.Cluster)
 					break
 				}
 				time.Sleep(100 * time.Millisecond) // sleep ok: retry pause while the old listener's port is released
@@ -675,6 +690,7 @@ func testMalformed(t *testing.T, oversize bool) {
 		t.Fatalf("the table has %d records, want ≥ 25", len(table))
 	}
 	b, brokers := testkit.Broker(t, 1)
+	noTelemetry(b.Cluster)
 	e := &env{t: t, brokers: brokers, b: b, dir: t.TempDir()}
 	ctx := context.Background()
 	// The input accepts 16 MB records, as a topic carrying large events

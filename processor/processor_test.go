@@ -25,7 +25,7 @@ func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.E
 // reordering, late gaps, stale writers, conflicts and invalid records.
 func TestExactlyOnceEndToEnd(t *testing.T) {
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(42, 100_000, 10_000)
+	recs, exp := smallWorkload(42, raceLean(100_000), raceLean(10_000))
 	e.produce(recs)
 	in := e.start(instOpts{})
 	e.waitCaughtUp(5 * time.Minute)
