@@ -30,6 +30,12 @@ func ciEvents() int {
 	return 30000
 }
 
+// receiverMin is the fastest answer of the soak's webhook receiver (the
+// slowest is 3×): 20 ms at 30k events, 100 ms at the fifth, where the calls
+// come five times less often – as many calls stay in flight at a kill, so
+// that as many kills land inside a webhook call (unknown outcomes).
+var receiverMin = 20 * time.Millisecond * time.Duration(30000/ciEvents())
+
 func TestMain(m *testing.M) {
 	soak.BrokerChild() // this test binary doubles as the broker process when `projector broker` is missing
 	os.Exit(m.Run())
@@ -56,6 +62,7 @@ func TestSoakCI(t *testing.T) {
 	res, err := soak.Run(ctx, soak.Options{
 		Events: *soakEvents, Kills: *soakKills, Seed: *soakSeed, BrokerRestarts: 1,
 		KillMin: 300 * time.Millisecond, KillMax: 1500 * time.Millisecond,
+		ReceiverMin: receiverMin, ReceiverMax: 3 * receiverMin,
 		RestartBound: restartBound,
 		// With 20 restarts the nearest-rank p99 is the slowest, so one
 		// restart over the bound fails the test: stop killing then rather
