@@ -695,7 +695,10 @@ func TestExecutorZombieCannotCommit(t *testing.T) {
 		name string
 		mode int
 	}{{"partition", gatePartition}, {"membership", gateMembership}} {
-		t.Run(tc.name, func(t *testing.T) { testZombie(t, tc.mode) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each cut has its own broker, gate, receiver and state
+			testZombie(t, tc.mode)
+		})
 	}
 }
 

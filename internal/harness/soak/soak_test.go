@@ -7,14 +7,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/soak"
 )
 
 var (
-	soakEvents = flag.Int("soak.events", 30000, "unique events of TestSoakCI")
+	soakEvents = flag.Int("soak.events", ciEvents(), "unique events of TestSoakCI (default 30000, a fifth under -race)")
 	soakKills  = flag.Int("soak.kills", 20, "SIGKILLs of TestSoakCI")
 	soakSeed   = flag.Uint64("soak.seed", 20260701, "seed of TestSoakCI")
 )
+
+// ciEvents is TestSoakCI's default size: 30k events, a fifth of that
+// under the race detector, as the integration workloads run there (README).
+// The kills, their moments and the broker restart do not shrink: the input
+// is paced over the same 20 lives (Options.Rate), so every kill still lands
+// while offsets move with input pending; what shrinks is the volume the
+// race-instrumented harness generates, folds and checks.
+func ciEvents() int {
+	if race.Enabled {
+		return 30000 / 5
+	}
+	return 30000
+}
+
+// receiverMin is the fastest answer of the soak's webhook receiver (the
+// slowest is 3×): 20 ms at 30k events, 100 ms at the fifth, where the calls
+// come five times less often – as many calls stay in flight at a kill, so
+// that as many kills land inside a webhook call (unknown outcomes).
+var receiverMin = 20 * time.Millisecond * time.Duration(30000/ciEvents())
 
 func TestMain(m *testing.M) {
 	soak.BrokerChild() // this test binary doubles as the broker process when `projector broker` is missing
@@ -22,7 +42,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestSoakCI is the soak at CI size, with default group session settings:
-// the real binary against a broker in another process, ≥ 30k events with the
+// the real binary against a broker in another process, ≥ 30k events (6k
+// under -race: ciEvents) with the
 // side-effect executor calling a webhook for every applied CaseEscalated,
 // ≥ 20 SIGKILLs at random moments under load and one broker restart.
 // Every checker must come back zero (no duplicate or lost output, no
@@ -41,6 +62,7 @@ func TestSoakCI(t *testing.T) {
 	res, err := soak.Run(ctx, soak.Options{
 		Events: *soakEvents, Kills: *soakKills, Seed: *soakSeed, BrokerRestarts: 1,
 		KillMin: 300 * time.Millisecond, KillMax: 1500 * time.Millisecond,
+		ReceiverMin: receiverMin, ReceiverMax: 3 * receiverMin,
 		RestartBound: restartBound,
 		// With 20 restarts the nearest-rank p99 is the slowest, so one
 		// restart over the bound fails the test: stop killing then rather
