@@ -3,27 +3,17 @@ package sideeffects_test
 import (
 	"flag"
 	"os"
-	"runtime"
-	"strconv"
 	"testing"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
-// waitingParallel is how many parallel tests (t.Parallel) run at once here
-// unless -parallel is given: the parallel tests of this package wait on
-// group sessions, held transactions and webhooks hung to their timeouts far
-// more than they compute (TestExecutorZombieCannotCommit's two cuts wait
-// out a 6 s session each), so the default of GOMAXPROCS (2 on CI) would
-// leave the CPUs idle while they wait. cmd/projector does the same.
-const waitingParallel = 4
-
+// TestMain lets four parallel tests run at once: they wait on group
+// sessions, held transactions and webhooks hung to their timeouts far more
+// than they compute (TestExecutorZombieCannotCommit's two cuts wait out a
+// 6 s session each).
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given && runtime.GOMAXPROCS(0) < waitingParallel {
-		if err := flag.Set("test.parallel", strconv.Itoa(waitingParallel)); err != nil {
-			panic(err)
-		}
-	}
+	testkit.WaitingParallel(4)
 	os.Exit(m.Run())
 }

@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,23 +19,13 @@ import (
 
 var binary string
 
-// waitingParallel is how many parallel tests (t.Parallel) run at once here
-// unless -parallel is given: the parallel tests of this package wait on
-// processes, brokers and webhooks far more than they compute (TestKafkaACLs'
-// removal runs: 20 s at -parallel 2, 12 s at 4, the same CPU time), so the
-// default of GOMAXPROCS (2 on CI) would leave the CPUs idle.
-const waitingParallel = 4
-
 // TestMain builds the real binary once: these tests run it as a user would.
+// Their parallel tests wait on processes, brokers and webhooks far more than
+// they compute (TestKafkaACLs' removal runs: 20 s at -parallel 2, 12 s at 4,
+// the same CPU time), so four run at once.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given && runtime.GOMAXPROCS(0) < waitingParallel {
-		if err := flag.Set("test.parallel", strconv.Itoa(waitingParallel)); err != nil {
-			panic(err)
-		}
-	}
+	testkit.WaitingParallel(4)
 	dir, err := os.MkdirTemp("", "projector-bin-")
 	if err != nil {
 		panic(err)
