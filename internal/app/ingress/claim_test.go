@@ -308,6 +308,7 @@ func testOneKeyOneEvent(t *testing.T, instances int) {
 // clients at once, two on each instance. Every other request of a key is
 // answered 200 with the 201's bytes, and every event is applied once.
 func TestIngressBatchOneCreated(t *testing.T) {
+	t.Parallel() // mostly waits on held transactions and the broker
 	c, err := kfake.NewCluster(kfake.NumBrokers(2))
 	if err != nil {
 		t.Fatal(err)

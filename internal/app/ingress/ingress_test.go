@@ -206,6 +206,7 @@ func claimed(t *testing.T, brokers []string) int {
 // TestIngressTable covers every row of the ingress table (docs/ingress.md)
 // against a running worker on the embedded broker over TCP.
 func TestIngressTable(t *testing.T) {
+	t.Parallel() // mostly waits on held transactions
 	b, brokers := testkit.Broker(t, 2, "events")
 	var hold atomic.Bool
 	release := make(chan struct{})
@@ -532,6 +533,7 @@ func TestIngressDrainOnShutdown(t *testing.T) {
 // the processor alone would take the same record for a new event (it writes
 // a second receipt for it), so the receipt check is what keeps it out.
 func TestIngressReceiptOutlivesDedup(t *testing.T) {
+	t.Parallel() // mostly waits for the dedup retention to pass
 	b, brokers := testkit.Broker(t, 2, "events")
 	ctx := context.Background()
 	w := startWorker(t, b.Addr(), "w1", false, nil, "dedup: {retention: 1s}\n")
@@ -584,6 +586,7 @@ func TestIngressReceiptOutlivesDedup(t *testing.T) {
 // new request 503 with Retry-After within ingress.timeout (the write could
 // not be made), never a guess.
 func TestIngressBrokerGone(t *testing.T) {
+	t.Parallel() // mostly waits on a broker that is gone
 	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)

@@ -259,6 +259,7 @@ func checkOutputsOf(t *testing.T, brokers []string, agg string, want traced) {
 // transaction and call. The worker's exit waits for the collector at most
 // tracingShutdownTimeout (the cleanup's Close).
 func TestSpansCollectorDown(t *testing.T) {
+	t.Parallel() // mostly waits: exports hang on a collector that never answers
 	var exports atomic.Int32
 	release := make(chan struct{})
 	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
