@@ -75,6 +75,7 @@ func TestRestoreBenchSmall(t *testing.T) {
 // of A's half – its standby had it – and exits 0 on SIGTERM. The setup
 // made without --standby is reused by it.
 func TestRestoreBenchStandbySmall(t *testing.T) {
+	t.Parallel() // mostly waits for the killed owner's session to expire
 	ctx, dir, bin := restoreBenchDir(t)
 	const n = 2_000
 	o := RestoreOptions{Aggregates: []int{n}, Partitions: 2, Runs: 1, Chunk: 1_000, Binary: bin, Dir: dir, SetupOnly: true}
