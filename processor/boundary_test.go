@@ -29,6 +29,7 @@ const modulePath = "github.com/projector-dev/projector"
 // a processor and an executor with public names only, and go doc shows the
 // fields it fills (docs/decisions/015-public-api.md).
 func TestPublicBoundary(t *testing.T) {
+	t.Parallel() // waits on go list
 	if testing.Short() {
 		t.Skip("builds the public packages' export data (go list -export)")
 	}

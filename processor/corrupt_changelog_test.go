@@ -33,6 +33,7 @@ import (
 // of that aggregate or id, or never); an aggregate key with a huge length
 // panicked the restore.
 func TestCorruptChangelogRecordStopsRestore(t *testing.T) {
+	t.Parallel() // five short workers that mostly wait (group joins, restores)
 	aggKey := func(proj, agg string) []byte { return guard.AggregateKey(nil, proj, agg) }
 	for _, tc := range []struct {
 		name       string

@@ -87,6 +87,7 @@ func awaitExpiries(t testing.TB, in *instance, n int64) {
 // fail), v2 fills the gap: v3 is drained, fails, is dead-lettered. Nothing is
 // held any more, and the gap index must say so.
 func TestGapIndexFailedDrainCloses(t *testing.T) {
+	t.Parallel() // a light worker that mostly waits (the group join, its gap timers)
 	e := newEnv(t, 1)
 	var clock skewedClock
 	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: clock.now})
@@ -111,6 +112,7 @@ func TestGapIndexFailedDrainCloses(t *testing.T) {
 // hold timeout (1m). The clock reaches t0+65s right after that transaction
 // commits. v5 must not be dead-lettered yet.
 func TestGapExpiryWaitsForTheMovedGap(t *testing.T) {
+	t.Parallel() // a light worker that mostly waits (the group join, its gap timers)
 	e := newEnv(t, 1)
 	var clock skewedClock
 	var armed atomic.Bool
@@ -144,6 +146,7 @@ func TestGapExpiryWaitsForTheMovedGap(t *testing.T) {
 // first gap is skipped (v3 applied); v5 waits behind a new gap that needs its
 // own full hold timeout.
 func TestGapSkipOneAtATime(t *testing.T) {
+	t.Parallel() // a light worker that mostly waits (the group join, its gap timers)
 	e := newEnv(t, 1)
 	var clock skewedClock
 	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: clock.now})
@@ -167,6 +170,7 @@ func TestGapSkipOneAtATime(t *testing.T) {
 // One held event (v3), skip policy: the timed-out gap is skipped, v3 applied,
 // nothing held. The gap index must then be empty and the loop idle.
 func TestGapIndexSkipOneHeldCloses(t *testing.T) {
+	t.Parallel() // a light worker that mostly waits (the group join, its gap timers)
 	e := newEnv(t, 1)
 	var clock skewedClock
 	in := e.start(instOpts{maxRecs: 300, policy: projection.Skip, hold: time.Minute, now: clock.now})
