@@ -551,7 +551,6 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noTelemetry(b.Cluster)
 	addr := b.Addr()
 	var bmu sync.Mutex
 	t.Cleanup(func() { bmu.Lock(); b.Close(); bmu.Unlock() })
@@ -572,7 +571,6 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 			var err error
 			for range 50 {
 				if b, err = broker.Start(broker.Options{Dir: dir + "/broker", Listen: addr, Partitions: 4}); err == nil {
-					noTelemetry(b.Cluster)
 					break
 				}
 				time.Sleep(100 * time.Millisecond) // sleep ok: retry pause while the old listener's port is released
@@ -690,7 +688,6 @@ func testMalformed(t *testing.T, oversize bool) {
 		t.Fatalf("the table has %d records, want ≥ 25", len(table))
 	}
 	b, brokers := testkit.Broker(t, 1)
-	noTelemetry(b.Cluster)
 	e := &env{t: t, brokers: brokers, b: b, dir: t.TempDir()}
 	ctx := context.Background()
 	// The input accepts 16 MB records, as a topic carrying large events

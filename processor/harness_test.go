@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/app/broker"
@@ -46,25 +43,7 @@ type env struct {
 func newEnv(t testing.TB, partitions int32) *env {
 	t.Helper()
 	b, brokers := testkit.Broker(t, partitions, inputTopic)
-	noTelemetry(b.Cluster)
 	return &env{t: t, brokers: brokers, b: b, dir: t.TempDir()}
-}
-
-// noTelemetry makes the test broker refuse KIP-714 client-metrics
-// subscriptions. kfake grants every client a subscription to all metrics,
-// so each client (the workers' and the many short-lived ones of the
-// checkers and of WaitCaughtUp) builds a compressor and pushes its metrics
-// on close: under the race detector, where sync.Pool drops its items, every
-// one of them allocates fresh lz4/zstd buffers, a tenth of some tests' CPU.
-// No test here is about client metrics; a refused subscription leaves
-// kgo's push loop waiting until the client closes (it retries after 30s).
-func noTelemetry(c *kfake.Cluster) {
-	c.ControlKey(int16(kmsg.GetTelemetrySubscriptions), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		resp := req.ResponseKind().(*kmsg.GetTelemetrySubscriptionsResponse)
-		resp.ErrorCode = kerr.UnsupportedVersion.Code
-		return resp, nil, true
-	})
 }
 
 func rules() projection.Rules {

@@ -5,11 +5,13 @@
 package broker
 
 import (
+	"crypto/rand"
 	"fmt"
 	"net"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Options configure the embedded broker.
@@ -74,7 +76,29 @@ func Start(o Options) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker: start embedded broker on %s: %w", net.JoinHostPort(host, portS), err)
 	}
+	noClientMetrics(c)
 	return &Embedded{Cluster: c, addr: c.ListenAddrs()[0]}, nil
+}
+
+// noClientMetrics answers KIP-714's GetTelemetrySubscriptions as a Kafka
+// broker without client-metrics resources does (its default): no metrics
+// requested, ask again after the push interval. kfake subscribes every
+// client to all metrics instead, so each client built a compressor and
+// pushed its metrics every 30 s and on close, for nobody: a tenth of some
+// tests' CPU, one client at a time. PushTelemetry stays kfake's.
+func noClientMetrics(c *kfake.Cluster) {
+	c.ControlKey(int16(kmsg.GetTelemetrySubscriptions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		greq := req.(*kmsg.GetTelemetrySubscriptionsRequest)
+		resp := greq.ResponseKind().(*kmsg.GetTelemetrySubscriptionsResponse)
+		resp.ClientInstanceID = greq.ClientInstanceID
+		if resp.ClientInstanceID == [16]byte{} {
+			_, _ = rand.Read(resp.ClientInstanceID[:]) // never fails (crypto/rand)
+		}
+		resp.PushIntervalMillis = 300_000 // Kafka's default interval.ms
+		resp.AcceptedCompressionTypes = []int8{0}
+		return resp, nil, true
+	})
 }
 
 // Addr is the broker's host:port.
