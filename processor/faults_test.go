@@ -47,6 +47,7 @@ import (
 // restored from the changelog, aborted events processed again, projection ==
 // model.
 func TestFaultCrashLoop(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		seed        uint64
@@ -183,6 +184,7 @@ func (h *endTxnLost) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.Broker
 // later offset (half of the copies re-serialised). Output count == unique
 // events: exactly one projection record per applied event, none per copy.
 func TestFaultDuplicateDelivery(t *testing.T) {
+	t.Parallel()
 	const seed = 301
 	e := newEnv(t, 4)
 	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Duplicates = 1.0 })
@@ -208,6 +210,7 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 // binary exits 1), its open transaction is aborted and none of its output
 // is visible read_committed; the second finishes the work.
 func TestFaultZombieFenced(t *testing.T) {
+	t.Parallel()
 	const seed = 401
 	e := newEnv(t, 4)
 	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), nil)
@@ -305,6 +308,7 @@ func TestFaultRebalanceMidTransaction(t *testing.T) {
 // reuse anywhere in the stream: each is dead-lettered with its reason in
 // the transaction that consumed it, and the partitions keep flowing.
 func TestFaultPoisonRecords(t *testing.T) {
+	t.Parallel()
 	const seed = 601
 	e := newEnv(t, 4)
 	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Invalid, o.Conflicts = 0.05, 0.02 })
@@ -326,6 +330,7 @@ func TestFaultPoisonRecords(t *testing.T) {
 // not write. A restart on a healthy disk restores from the changelog and
 // nothing is lost.
 func TestFaultPebbleWriteError(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		seed  uint64
@@ -439,6 +444,7 @@ func growMemtable(t *testing.T, st *state.Store) {
 // TestFaultOutOfOrderVersions: 30% of the events are swapped with their
 // next version: held, then drained in order the moment the gap closes.
 func TestFaultOutOfOrderVersions(t *testing.T) {
+	t.Parallel()
 	const seed = 801
 	e := newEnv(t, 4)
 	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Reorder = 0.3 })
@@ -462,6 +468,7 @@ func TestFaultOutOfOrderVersions(t *testing.T) {
 // transactions and a restart on an empty state dir (held events are state,
 // restored from the changelog).
 func TestFaultGapFilledLate(t *testing.T) {
+	t.Parallel()
 	const seed = 802
 	e := newEnv(t, 4)
 	recs, exp := genWorkload(seed, 20_000, 2_000, func(o *workload.Options) { o.LateGaps = 0.03 })
@@ -485,6 +492,7 @@ func TestFaultGapFilledLate(t *testing.T) {
 // holding (and drains when 3 finally arrives), skip applies 4 and 5,
 // deadletter sends them to the dead-letter topic with gap-timeout.
 func TestFaultGapNeverFilled(t *testing.T) {
+	t.Parallel()
 	v1, v2 := gapEvent(1, "CaseOpened", `{"status":"OPEN"}`), gapEvent(2, "CaseUpdated", `{"a":2}`)
 	v3, v4, v5 := gapEvent(3, "CaseUpdated", `{"x":3}`), gapEvent(4, "CaseUpdated", `{"b":4}`), gapEvent(5, "CaseEscalated", `{"status":"ESCALATED"}`)
 	for _, tc := range []struct {
@@ -673,6 +681,7 @@ var malformed = []struct {
 // its dead-letter reason, exactly once, and the partition keeps flowing
 // (the valid events after them are applied).
 func TestFaultMalformedRecords(t *testing.T) {
+	t.Parallel()
 	testMalformed(t, false)
 }
 
@@ -681,6 +690,7 @@ func TestFaultMalformedRecords(t *testing.T) {
 // with invalid:value like any other invalid record, and the partition must
 // keep flowing.
 func TestFaultOversizeRecordDeadLettered(t *testing.T) {
+	t.Parallel()
 	testMalformed(t, true)
 }
 

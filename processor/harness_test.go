@@ -33,6 +33,11 @@ const (
 )
 
 // env is one test's broker plus helpers to run processor instances on it.
+// Nothing in it is shared between tests (broker, topics, state dirs), so
+// the integration tests run in parallel (t.Parallel), go test's default
+// -parallel (GOMAXPROCS) bounding how many at once, except those that time
+// themselves (the gap expiry's cost per gap and transaction length, the
+// too-large drains): they run first, alone in this package.
 type env struct {
 	t       testing.TB
 	brokers []string

@@ -24,6 +24,7 @@ func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.E
 // ≥ 100k events over ≥ 10k aggregates with duplicates (some re-serialised),
 // reordering, late gaps, stale writers, conflicts and invalid records.
 func TestExactlyOnceEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 4)
 	recs, exp := smallWorkload(42, raceLean(100_000), raceLean(10_000))
 	e.produce(recs)

@@ -25,6 +25,7 @@ func waitProgress(t *testing.T, in *instance, n int64) {
 // with the same state dir, and with an empty one (state restored from the
 // changelog), gives the same final result with no repeated output version.
 func TestRestartMidStream(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		emptyState bool
@@ -61,6 +62,7 @@ func TestRestartMidStream(t *testing.T) {
 // state from the changelog (docs/design.md#changelog-closes-gap) instead of
 // re-applying the events.
 func TestCrashAfterCommitBeforePebble(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 4)
 	recs, exp := smallWorkload(11, raceLean(20_000), raceLean(2_000))
 	e.produce(recs)
@@ -83,6 +85,7 @@ func TestCrashAfterCommitBeforePebble(t *testing.T) {
 // open; the restarted instance (same transactional id) aborts it, and the
 // events are processed again, not taken for duplicates.
 func TestCrashAfterStagingBeforeCommit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 4)
 	recs, exp := smallWorkload(12, raceLean(20_000), raceLean(2_000))
 	e.produce(recs)
@@ -102,6 +105,7 @@ func TestCrashAfterStagingBeforeCommit(t *testing.T) {
 // TxnOffsetCommit (ILLEGAL_GENERATION) for some transactions, so End aborts
 // them; their events must be processed on retry, not taken for duplicates.
 func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 4)
 	recs, exp := smallWorkload(13, raceLean(20_000), raceLean(2_000))
 	e.produce(recs)
@@ -150,6 +154,7 @@ func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
 // TestTwoInstancesRebalance covers acceptance 5: two instances in one group
 // while partitions move between them (join, leave, rejoin) give the same result.
 func TestTwoInstancesRebalance(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 4)
 	recs, exp := smallWorkload(21, raceLean(40_000), raceLean(4_000))
 	e.produce(recs[:len(recs)/3])
