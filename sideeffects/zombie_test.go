@@ -544,7 +544,7 @@ func readLedgerLog(t *testing.T, brokers []string) ([]ledgerRecord, []commitMark
 	defer cl.Close()
 	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
 	if err != nil {
-		t.Fatalf("read the ledger changelog: %v", err)
+		t.Fatalf("read the ledger changelog: list its committed ends: %v", err)
 	}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -554,12 +554,17 @@ func readLedgerLog(t *testing.T, brokers []string) ([]ledgerRecord, []commitMark
 	})
 	var recs []ledgerRecord
 	var marks []commitMarker
+	seen := map[int32]int64{} // the last offset read per partition
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("read the ledger changelog: %v", ctx.Err())
+			// Which partition stopped short of its committed end, and
+			// where: a record below the end that read_committed never
+			// returns shows here as a gap before the end.
+			t.Fatalf("read the ledger changelog: %v; committed ends still awaited %v, last offsets read %v", ctx.Err(), want, seen)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
+			seen[r.Partition] = r.Offset
 			end, ok := want[r.Partition]
 			if !ok || r.Offset >= end {
 				return
