@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/app/wiring"
@@ -65,7 +66,7 @@ func aclEvent(id, typ, agg string, v int) string {
 
 func startACLEnv(t *testing.T, opts ...kfake.Opt) *aclEnv {
 	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
+	c, err := broker.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
 		kfake.Superuser("SCRAM-SHA-256", "admin", aclPassword), kfake.SeedTopics(2, "events")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -72,12 +72,24 @@ func Start(o Options) (*Embedded, error) {
 		opts = append(opts, kfake.SyncWrites())
 	}
 	opts = append(opts, o.Extra...)
-	c, err := kfake.NewCluster(opts...)
+	c, err := NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: start embedded broker on %s: %w", net.JoinHostPort(host, portS), err)
 	}
-	noClientMetrics(c)
 	return &Embedded{Cluster: c, addr: c.ListenAddrs()[0]}, nil
+}
+
+// NewCluster is kfake.NewCluster answering as a Kafka broker in its default
+// configuration where kfake does not (noClientMetrics). Start uses it, and so
+// do the tests that need kfake's options directly (several brokers, SASL,
+// ACLs, seeded topics).
+func NewCluster(opts ...kfake.Opt) (*kfake.Cluster, error) {
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, err
+	}
+	noClientMetrics(c)
+	return c, nil
 }
 
 // noClientMetrics answers KIP-714's GetTelemetrySubscriptions as a Kafka

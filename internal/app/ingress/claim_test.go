@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/app/ingress"
 	"github.com/projector-dev/projector/internal/core/eos"
 	"github.com/projector-dev/projector/internal/core/receipt"
@@ -309,7 +310,7 @@ func testOneKeyOneEvent(t *testing.T, instances int) {
 // answered 200 with the 201's bytes, and every event is applied once.
 func TestIngressBatchOneCreated(t *testing.T) {
 	t.Parallel() // mostly waits on held transactions and the broker
-	c, err := kfake.NewCluster(kfake.NumBrokers(2))
+	c, err := broker.NewCluster(kfake.NumBrokers(2))
 	if err != nil {
 		t.Fatal(err)
 	}

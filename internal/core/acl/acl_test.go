@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/projector-dev/projector/internal/app/broker"
 )
 
 const (
@@ -25,7 +27,7 @@ const (
 // secret existing, and a user "u" holding acls; it returns u's client.
 func cluster(t *testing.T, acls ...kfake.ACL) *kgo.Client {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
 		kfake.Superuser("SCRAM-SHA-256", "admin", "pw"), kfake.User("SCRAM-SHA-256", "u", "pw", acls...),
 		kfake.SeedTopics(1, "t1", "t2", "secret"))
 	if err != nil {
@@ -91,7 +93,7 @@ func TestCheck(t *testing.T) {
 // TestCheckWithoutACLs: a broker that does not enforce ACLs lets every
 // operation through, and Check finds nothing missing.
 func TestCheckWithoutACLs(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t1"))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t1"))
 	if err != nil {
 		t.Fatal(err)
 	}

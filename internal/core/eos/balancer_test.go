@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 )
@@ -571,7 +572,7 @@ func describe(members ...*groupMember) string {
 // order alone (b before c, both holding one task) would give in/0 to b.
 // Standby lists arrive through assigned on every sync.
 func TestBalancerKfakeGroup(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "in"))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "in"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/core/state"
 )
 
@@ -146,7 +147,7 @@ type placeholderRig struct {
 
 func newPlaceholderRig(t *testing.T, records int, start *kgo.Offset, abortFirst bool) *placeholderRig {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "in.changelog", "out"))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "in.changelog", "out"))
 	if err != nil {
 		t.Fatal(err)
 	}

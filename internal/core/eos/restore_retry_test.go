@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/core/state"
 )
 
@@ -66,7 +67,7 @@ func testRestoreRetries(t *testing.T, key kmsg.Key) {
 		records   = 500
 		faults    = 3
 	)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, input, changelog))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, input, changelog))
 	if err != nil {
 		t.Fatal(err)
 	}

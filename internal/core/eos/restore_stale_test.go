@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/core/state"
 )
 
@@ -40,7 +41,7 @@ func TestRestoreStaleStore(t *testing.T) {
 
 func testRestoreStale(t *testing.T, age time.Duration, reset bool) {
 	const changelog = "in.changelog"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	c, err := broker.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func testRestoreStale(t *testing.T, age time.Duration, reset bool) {
 // its match time refreshed.
 func TestRestoreStoreOfUnknownAge(t *testing.T) {
 	const changelog = "in.changelog"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, changelog))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, changelog))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/core/state"
 )
 
@@ -21,7 +22,7 @@ import (
 // so a restore that fails part-way leaves Pebble exactly at a record
 // boundary, and restores the rest next time.
 func TestRestoreWritesExpansionsInBatches(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in.changelog"))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in.changelog"))
 	if err != nil {
 		t.Fatal(err)
 	}

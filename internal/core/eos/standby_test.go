@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/core/state"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 )
@@ -67,7 +68,7 @@ type standbyRig struct {
 }
 
 func newStandbyRig(t *testing.T, restore func(k, v []byte, now time.Time, emit func(k, v []byte)) error) *standbyRig {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "in.changelog"))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "in.changelog"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func TestUpdateStandbyWaitsForTheLastWrite(t *testing.T) {
 // closeWait can still be joining when Run's caller closes the store. Once
 // Run has returned, positions must not read the store: it offers none.
 func TestPositionsReadNoStoreAfterRun(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "in.changelog"))
+	c, err := broker.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "in.changelog"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector-dev/projector/internal/app/broker"
 )
 
 // TestEnsureTopicsPartitionsOf: a missing topic with PartitionsOf is
@@ -16,7 +18,7 @@ import (
 // sized like the topic its events go to); an existing one is taken with
 // any count, where a changelog (CopartitionOf) must match its input.
 func TestEnsureTopicsPartitionsOf(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	c, err := broker.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
