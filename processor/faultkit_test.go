@@ -164,8 +164,8 @@ func genWorkload(seed uint64, events, aggs int, tweak func(*workload.Options)) (
 // raceLean halves n under the race detector (or -short), on top of the
 // fifth that genWorkload and smallWorkload take there. It is for the tests
 // whose fifth-size workload still cost several CPU-seconds under -race
-// while their assertions need far less of it; they run at a tenth there,
-// the same size as without it. Where a test's crash, fault or progress
+// while their assertions need far less of it: they run there at a tenth of
+// their size without it. Where a test's crash, fault or progress
 // points count transactions, its per-transaction record limit is halved
 // with it (raceLean(maxRecs)), so that the workload spans as many
 // transactions as it did at a fifth and every fault still lands while

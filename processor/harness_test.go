@@ -34,10 +34,11 @@ const (
 
 // env is one test's broker plus helpers to run processor instances on it.
 // Nothing in it is shared between tests (broker, topics, state dirs), so
-// the integration tests run in parallel (t.Parallel), go test's default
-// -parallel (GOMAXPROCS) bounding how many at once, except those that time
-// themselves (the gap expiry's cost per gap and transaction length, the
-// too-large drains): they run first, alone in this package.
+// any test may run in parallel (t.Parallel; go test's default -parallel,
+// GOMAXPROCS, bounds how many at once), and the costly integration tests do.
+// A test that times itself (the gap expiry's cost per gap and transaction
+// length, the too-large drains, the standby tidy's due times, the claim)
+// must not: the tests that do not call t.Parallel run first, one at a time.
 type env struct {
 	t       testing.TB
 	brokers []string
