@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 const modulePath = "github.com/projector-dev/projector"
@@ -255,7 +257,11 @@ func exportImporter(t *testing.T, pkgs []string) types.Importer {
 	args := append([]string{"list", "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}={{.Export}}{{end}}"}, pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = ".."
-	out, err := cmd.Output()
+	var out []byte
+	err := testkit.WithBuildLock(func() (err error) {
+		out, err = cmd.Output()
+		return err
+	})
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/projector-dev/projector/internal/harness/testkit"
 )
 
 // TestVersionCommand runs the real binary, built in this git work tree: both
@@ -51,8 +54,14 @@ func TestVersionRevision(t *testing.T) {
 	// build info (module and VCS stamps) `--version` prints is kept.
 	build := exec.Command("go", "build", "-buildvcs=true", "-ldflags=-s -w", "-o", bin, ".")
 	build.Env = append(os.Environ(), "GOFLAGS=")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	err = testkit.WithBuildLock(func() error {
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build -buildvcs=true: %v\n%s", err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	meta, err := exec.Command("go", "version", "-m", bin).Output()
 	if err != nil {

@@ -15,7 +15,9 @@ import (
 // keeps the executables of go run in its build cache (Go 1.24 and later), so
 // a second package's build of an unchanged tree is a copy out of the cache
 // rather than another link. go run links without DWARF (the binary's
-// behaviour, symbols and stack traces are the same).
+// behaviour, symbols and stack traces are the same). The build runs under
+// WithBuildLock, so that test binaries starting together compile the
+// packages once.
 func BuildProjector(ctx context.Context, dir string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
@@ -26,8 +28,14 @@ func BuildProjector(ctx context.Context, dir string) (string, error) {
 	// go run executes `cp <the linked binary> bin`.
 	cmd := exec.CommandContext(ctx, "go", "run", "-exec", "cp", "./cmd/projector", bin)
 	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("testkit: build projector: %v\n%s", err, b)
+	err = WithBuildLock(func() error {
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("testkit: build projector: %v\n%s", err, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
 	return bin, nil
 }
