@@ -447,3 +447,36 @@ func TestSystemdUnit(t *testing.T) {
 		t.Error("exit 2 (configuration error) should not be restarted in a loop")
 	}
 }
+
+// TestBuildProfile: the profile the shipped builds name with -pgo (the
+// Dockerfile and the systemd build in docs/operations.md) exists and is a CPU
+// profile the Go toolchain reads, with the processor's path in it. A missing
+// or unreadable profile fails only those builds, which nothing else here
+// runs.
+func TestBuildProfile(t *testing.T) {
+	pgo := regexp.MustCompile(`-pgo=(\S+)`)
+	named := map[string]bool{}
+	for _, f := range []string{"Dockerfile", "../docs/operations.md"} {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := pgo.FindAllSubmatch(raw, -1)
+		if len(ms) == 0 {
+			t.Errorf("%s: no go build with -pgo", f)
+		}
+		for _, m := range ms {
+			named[string(m[1])] = true
+		}
+	}
+	for p := range named {
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=400", filepath.Join("..", p)).CombinedOutput()
+		if err != nil {
+			t.Errorf("-pgo=%s: go tool pprof cannot read it: %v\n%s", p, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), "projector/processor.(*Processor).process") {
+			t.Errorf("-pgo=%s: not a profile of the processor's path (no processor.(*Processor).process in its top 400)", p)
+		}
+	}
+}
