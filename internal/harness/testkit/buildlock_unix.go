@@ -11,9 +11,10 @@ import (
 
 // lockBuilds takes an exclusive flock on a file in the temporary directory;
 // the kernel releases it when the holder exits, so a killed test leaves no
-// stale lock behind.
+// stale lock behind. The file is per user: another user's lock file, made
+// with their umask, may not be ours to open.
 func lockBuilds() (unlock func(), err error) {
-	path := filepath.Join(os.TempDir(), "projector-test-builds.lock")
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("projector-test-builds-%d.lock", os.Getuid()))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("testkit: build lock: %w", err)
