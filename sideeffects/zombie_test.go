@@ -26,13 +26,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/projector-dev/projector/internal/app/broker"
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/core/state"
+	"github.com/projector-dev/projector/internal/core/topicread"
 	"github.com/projector-dev/projector/internal/harness/testkit"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/sideeffects"
@@ -529,92 +529,40 @@ func committedAt(r ledgerRecord, marks []commitMarker) time.Time {
 
 // readLedgerLog reads the ledger changelog read_committed, in offset order
 // per partition, up to its last stable offsets: the ledger records and the
-// commit markers.
+// commit markers. It reads with topicread, the project's committed-record
+// reader, whose end rule holds where the record just below an end is one
+// read_committed never returns (a zombie's aborted write followed by a
+// successor's transaction still open at the listing).
 func readLedgerLog(t *testing.T, brokers []string) ([]ledgerRecord, []commitMarker) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	topic := sideeffects.ChangelogTopic(fxName, fxEffects)
-	cl := newLogReader(t, brokers, topic)
-	defer cl.Close()
-	return readLogTo(ctx, t, cl, committedEnds(ctx, t, cl, topic))
-}
-
-// newLogReader is a read_committed client of topic from its start that
-// keeps the control records (the commit markers checkLedgerLog's callers
-// count). The caller closes it.
-func newLogReader(t *testing.T, brokers []string, topic string) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	ends, _, err := topicread.StableEnds(ctx, opts, topic)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("read the ledger changelog: list its ends: %v", err)
 	}
-	return cl
-}
-
-// committedEnds lists the last stable offset of each non-empty partition of
-// topic: what a read_committed reader can read up to now.
-func committedEnds(ctx context.Context, t *testing.T, cl *kgo.Client, topic string) map[int32]int64 {
-	t.Helper()
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("read the ledger changelog: list its committed ends: %v", err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-		}
-	})
-	return want
-}
-
-// readLogTo reads cl's partitions up to the ends in want and returns the
-// ledger records and commit markers below them. A partition is done at the
-// first record at or past its end's last offset, not only at a record at
-// that offset: the record just below the end may be one read_committed
-// never returns (a zombie's write whose transaction aborted, while a
-// successor's transaction that started after it was still open when the
-// ends were listed), and records arrive in offset order, so by then
-// everything below the end that will ever be returned has been.
-func readLogTo(ctx context.Context, t *testing.T, cl *kgo.Client, want map[int32]int64) ([]ledgerRecord, []commitMarker) {
-	t.Helper()
 	var recs []ledgerRecord
 	var marks []commitMarker
-	seen := map[int32]int64{} // the last offset read per partition
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read the ledger changelog: %v; committed ends still awaited %v, last offsets read %v", ctx.Err(), want, seen)
+	err = topicread.Partitions(ctx, opts, ends, topicread.Options{Control: true}, func(r *kgo.Record) error {
+		switch {
+		case r.Attrs.IsControl():
+			if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 { // commit
+				marks = append(marks, commitMarker{partition: r.Partition, offset: r.Offset, producerID: r.ProducerID, at: r.Timestamp})
+			}
+		case len(r.Key) > 0 && r.Key[0] == effect.KeyPrefix && r.Value != nil:
+			e, err := effect.DecodeEntry(r.Value)
+			if err != nil {
+				t.Errorf("ledger record %d/%d: %v", r.Partition, r.Offset, err)
+				return nil
+			}
+			recs = append(recs, ledgerRecord{partition: r.Partition, offset: r.Offset, producerID: r.ProducerID, value: r.Value, entry: e})
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[r.Partition] = r.Offset
-			end, ok := want[r.Partition]
-			if !ok {
-				return
-			}
-			if r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-			if r.Offset >= end {
-				return
-			}
-			switch {
-			case r.Attrs.IsControl():
-				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 { // commit
-					marks = append(marks, commitMarker{partition: r.Partition, offset: r.Offset, producerID: r.ProducerID, at: r.Timestamp})
-				}
-			case len(r.Key) > 0 && r.Key[0] == effect.KeyPrefix && r.Value != nil:
-				e, err := effect.DecodeEntry(r.Value)
-				if err != nil {
-					t.Errorf("ledger record %d/%d: %v", r.Partition, r.Offset, err)
-					return
-				}
-				recs = append(recs, ledgerRecord{partition: r.Partition, offset: r.Offset, producerID: r.ProducerID, value: r.Value, entry: e})
-			}
-		})
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the ledger changelog up to %v: %v", ends, err)
 	}
 	return recs, marks
 }
@@ -932,54 +880,4 @@ func lastEntries(log []ledgerRecord) map[string]effect.Entry {
 		final[r.entry.Key] = r.entry
 	}
 	return final
-}
-
-// TestReadLogEndsPastAnAbortedRecord: the log reader's own check. The record
-// just below a partition's listed end is a zombie's write whose transaction
-// aborted, and the successor's transaction that follows it was still open
-// when the ends were listed (what TestExecutorZombieCannotCommit/membership
-// reads while b works). read_committed never returns the aborted record, so
-// a reader waiting for the offset just below the end would wait until its
-// deadline; reading the successor's record past it must end the partition.
-func TestReadLogEndsPastAnAbortedRecord(t *testing.T) {
-	t.Parallel()
-	const topic = "log-reader-check"
-	_, brokers := testkit.Broker(t, 1, topic)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	txnClient := func(id string) *kgo.Client {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(id), kgo.DefaultProduceTopic(topic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		return cl
-	}
-	zombie, successor := txnClient("zombie"), txnClient("successor")
-	if err := zombie.ProduceSync(ctx, &kgo.Record{Value: []byte("aborted")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	if err := successor.ProduceSync(ctx, &kgo.Record{Value: []byte("committed")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	if err := zombie.EndTransaction(ctx, kgo.TryAbort); err != nil {
-		t.Fatal(err)
-	}
-	cl := newLogReader(t, brokers, topic)
-	defer cl.Close()
-	ends := committedEnds(ctx, t, cl, topic)
-	if ends[0] != 1 {
-		t.Fatalf("committed end %v, want partition 0 at 1 (the successor's open transaction starts at offset 1)", ends)
-	}
-	if err := successor.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatal(err)
-	}
-	readCtx, readCancel := context.WithTimeout(ctx, 10*time.Second)
-	defer readCancel()
-	if recs, marks := readLogTo(readCtx, t, cl, ends); len(recs) != 0 || len(marks) != 0 {
-		t.Fatalf("read %d ledger records and %d commit markers below offset 1, want none", len(recs), len(marks))
-	}
 }

@@ -1,0 +1,41 @@
+//go:build unix
+
+package testkit
+
+import (
+	"testing"
+	"time"
+)
+
+// TestBuildLockExcludes: while one holder has the build lock, a second
+// taker (another open of the lock file, as another test process makes)
+// waits, and gets it once the first lets go.
+func TestBuildLockExcludes(t *testing.T) {
+	unlock, err := lockBuilds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		u, err := lockBuilds()
+		if err != nil {
+			t.Error(err)
+			u = func() {}
+		}
+		got <- u
+	}()
+	select {
+	case u := <-got:
+		u()
+		unlock()
+		t.Fatal("a second taker got the lock while the first held it")
+	case <-time.After(300 * time.Millisecond): // sleep ok: the wait a second taker must not end
+	}
+	unlock()
+	select {
+	case u := <-got:
+		u()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second taker did not get the lock after the first let go")
+	}
+}
