@@ -182,19 +182,32 @@ func TestGapExpiryLinear(t *testing.T) {
 	if race.Enabled {
 		small, large = 2_000, 8_000
 	}
-	a := expireGapsAtOnce(t, small, projection.DeadLetter)
-	b := expireGapsAtOnce(t, large, projection.DeadLetter)
-	t.Logf("%s\n%s", a, b)
-	for _, r := range []expiryRun{a, b} {
+	bounded := func(r expiryRun) {
+		t.Helper()
+		t.Log(r)
 		if r.maxPerTx > processor.ExpireChunk || r.maxRun > processor.ExpireChunk {
 			t.Errorf("%d gaps: one transaction took up %d gaps (output run %d), bound %d", r.gaps, r.maxPerTx, r.maxRun, processor.ExpireChunk)
 		}
 	}
+	perGap := func(r expiryRun) float64 { return float64(r.total) / float64(r.gaps) }
+	a := expireGapsAtOnce(t, small, projection.DeadLetter)
+	bounded(a)
+	perA := perGap(a)
 	// Per gap, 4× the gaps cost 4× as much under the quadratic expiry;
-	// linear costs the same (allow 2.5× for a noisy machine).
-	perA := float64(a.total) / float64(a.gaps)
-	perB := float64(b.total) / float64(b.gaps)
-	if perB > 2.5*perA {
-		t.Errorf("time per gap %.1f µs at %d gaps, %.1f µs at %d: superlinear", perA/1e3, a.gaps, perB/1e3, b.gaps)
+	// linear costs the same (allow 2.5× for a noisy machine). A machine
+	// shared with other work only adds time, so the large size gets up to
+	// three tries and the best counts: the quadratic expiry is 4× slower
+	// per gap every time, a load spike is not.
+	var perB float64
+	for try := 1; try <= 3; try++ {
+		b := expireGapsAtOnce(t, large, projection.DeadLetter)
+		bounded(b)
+		if p := perGap(b); try == 1 || p < perB {
+			perB = p
+		}
+		if perB <= 2.5*perA {
+			return
+		}
 	}
+	t.Errorf("time per gap %.1f µs at %d gaps, at best %.1f µs at %d in three tries: superlinear", perA/1e3, small, perB/1e3, large)
 }
