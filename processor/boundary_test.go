@@ -254,11 +254,15 @@ func (w *walker) walkFields(where string, st *types.Struct, done map[*types.Stru
 // `go list -export` builds (or finds in the build cache): much faster than
 // type-checking every dependency from source.
 func exportImporter(t *testing.T, pkgs []string) types.Importer {
-	args := append([]string{"list", "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}={{.Export}}{{end}}"}, pkgs...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = ".."
 	var out []byte
-	err := testkit.WithBuildLock(func() (err error) {
+	err := testkit.WithBuildLock(func() error {
+		flags, err := testkit.BuildFlags(t.Context(), "..", pkgs...)
+		if err != nil {
+			return err
+		}
+		args := append(append([]string{"list"}, flags...), "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}={{.Export}}{{end}}")
+		cmd := exec.Command("go", append(args, pkgs...)...)
+		cmd.Dir = ".."
 		out, err = cmd.Output()
 		return err
 	})

@@ -52,9 +52,14 @@ func TestVersionRevision(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "projector")
 	// -s -w: no symbol table or DWARF, about half the link's CPU; the
 	// build info (module and VCS stamps) `--version` prints is kept.
-	build := exec.Command("go", "build", "-buildvcs=true", "-ldflags=-s -w", "-o", bin, ".")
-	build.Env = append(os.Environ(), "GOFLAGS=")
 	err = testkit.WithBuildLock(func() error {
+		flags, err := testkit.BuildFlags(t.Context(), ".", ".")
+		if err != nil {
+			return err
+		}
+		args := append(append([]string{"build"}, flags...), "-buildvcs=true", "-ldflags=-s -w", "-o", bin, ".")
+		build := exec.Command("go", args...)
+		build.Env = append(os.Environ(), "GOFLAGS=")
 		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build -buildvcs=true: %v\n%s", err, out)
 		}

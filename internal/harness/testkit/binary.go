@@ -17,7 +17,8 @@ import (
 // rather than another link. go run links without DWARF (the binary's
 // behaviour, symbols and stack traces are the same). The build runs under
 // WithBuildLock, so that test binaries starting together compile the
-// packages once.
+// packages once, with BuildFlags: on a fresh cache, a test binary built
+// with the race detector gets a projector binary built with it.
 func BuildProjector(ctx context.Context, dir string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
@@ -26,9 +27,14 @@ func BuildProjector(ctx context.Context, dir string) (string, error) {
 	root := filepath.Dir(strings.TrimSpace(string(out)))
 	bin := filepath.Join(dir, "projector")
 	// go run executes `cp <the linked binary> bin`.
-	cmd := exec.CommandContext(ctx, "go", "run", "-exec", "cp", "./cmd/projector", bin)
-	cmd.Dir = root
 	err = WithBuildLock(func() error {
+		flags, err := BuildFlags(ctx, root, "./cmd/projector")
+		if err != nil {
+			return err
+		}
+		args := append(append([]string{"run"}, flags...), "-exec", "cp", "./cmd/projector", bin)
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("testkit: build projector: %v\n%s", err, b)
 		}
