@@ -255,11 +255,7 @@ func (w *walker) walkFields(where string, st *types.Struct, done map[*types.Stru
 // type-checking every dependency from source.
 func exportImporter(t *testing.T, pkgs []string) types.Importer {
 	var out []byte
-	err := testkit.WithBuildLock(func() error {
-		flags, err := testkit.BuildFlags(t.Context(), "..", pkgs...)
-		if err != nil {
-			return err
-		}
+	err := testkit.WithBuildLock(t.Context(), "..", pkgs, func(flags []string) (err error) {
 		args := append(append([]string{"list"}, flags...), "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}={{.Export}}{{end}}")
 		cmd := exec.Command("go", append(args, pkgs...)...)
 		cmd.Dir = ".."

@@ -52,11 +52,7 @@ func TestVersionRevision(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "projector")
 	// -s -w: no symbol table or DWARF, about half the link's CPU; the
 	// build info (module and VCS stamps) `--version` prints is kept.
-	err = testkit.WithBuildLock(func() error {
-		flags, err := testkit.BuildFlags(t.Context(), ".", ".")
-		if err != nil {
-			return err
-		}
+	err = testkit.WithBuildLock(t.Context(), ".", []string{"."}, func(flags []string) error {
 		args := append(append([]string{"build"}, flags...), "-buildvcs=true", "-ldflags=-s -w", "-o", bin, ".")
 		build := exec.Command("go", args...)
 		build.Env = append(os.Environ(), "GOFLAGS=")

@@ -17,8 +17,8 @@ import (
 // rather than another link. go run links without DWARF (the binary's
 // behaviour, symbols and stack traces are the same). The build runs under
 // WithBuildLock, so that test binaries starting together compile the
-// packages once, with BuildFlags: on a fresh cache, a test binary built
-// with the race detector gets a projector binary built with it.
+// packages once, with the flags it chooses: on a fresh cache, a test binary
+// built with the race detector gets a projector binary built with it.
 func BuildProjector(ctx context.Context, dir string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
@@ -27,11 +27,7 @@ func BuildProjector(ctx context.Context, dir string) (string, error) {
 	root := filepath.Dir(strings.TrimSpace(string(out)))
 	bin := filepath.Join(dir, "projector")
 	// go run executes `cp <the linked binary> bin`.
-	err = WithBuildLock(func() error {
-		flags, err := BuildFlags(ctx, root, "./cmd/projector")
-		if err != nil {
-			return err
-		}
+	err = WithBuildLock(ctx, root, []string{"./cmd/projector"}, func(flags []string) error {
 		args := append(append([]string{"run"}, flags...), "-exec", "cp", "./cmd/projector", bin)
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = root

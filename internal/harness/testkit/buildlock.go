@@ -9,34 +9,37 @@ import (
 	"github.com/projector-dev/projector/internal/harness/race"
 )
 
-// WithBuildLock runs fn, which starts a go command that compiles this
-// module's packages outside the test binary (BuildProjector, a build with
+// WithBuildLock runs fn, which starts a go command in dir that compiles
+// pkgs of this module outside the test binary (BuildProjector, a build with
 // other flags, `go list -export`), while holding a lock that every such
-// command of every test process shares.
+// command of every test process shares. fn gets the flags its command must
+// pass (buildFlags): -race or none.
 //
-// Why: `go test ./...` runs several test binaries at once, and the go
-// command does not share work between processes: two builds of the same
+// Why the lock: `go test ./...` runs several test binaries at once, and the
+// go command does not share work between processes: two builds of the same
 // package that start together both compile it (on an empty build cache,
 // two concurrent `go build ./internal/core/state` cost 343 s of user CPU
 // where one costs 157 s). Under the lock the first build compiles and the
 // others find its packages in the cache. With a warm cache each build is
 // a cache lookup and a link or copy, so the lock costs seconds at most.
-//
-// The commands pass BuildFlags, so that on a fresh cache they compile with
-// the flags the test binaries compiled with.
-func WithBuildLock(fn func() error) error {
+// The flags are chosen under it, so that they see what the build before
+// left in the cache.
+func WithBuildLock(ctx context.Context, dir string, pkgs []string, fn func(flags []string) error) error {
 	unlock, err := lockBuilds()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	return fn()
+	flags, err := buildFlags(ctx, dir, pkgs)
+	if err != nil {
+		return err
+	}
+	return fn(flags)
 }
 
-// BuildFlags returns the flags with which a go command run in dir should
+// buildFlags returns the flags with which a go command run in dir should
 // compile pkgs for a test: -race or none, whichever leaves fewer packages
-// to compile. Call it under WithBuildLock, so that it sees what the build
-// before it left in the cache.
+// to compile.
 //
 // Why: the go command caches a package per flag set, and the race detector
 // is one. On a fresh build cache, `go test -race` compiles every dependency
@@ -50,13 +53,13 @@ func WithBuildLock(fn func() error) error {
 // module (the standard library's and the dependencies': a fresh or cleared
 // cache, not an edit of our own packages) and the race build would compile
 // fewer. Outside a race-enabled test binary it is always the plain build.
-func BuildFlags(ctx context.Context, dir string, pkgs ...string) ([]string, error) {
+func buildFlags(ctx context.Context, dir string, pkgs []string) ([]string, error) {
 	if !race.Enabled {
 		return nil, nil
 	}
 	plain, err := stalePackages(ctx, dir, nil, pkgs)
-	if err != nil || plain.other < minRaceSaving {
-		return nil, err
+	if err != nil || !plain.cold() {
+		return nil, err // the race build cannot be the cheaper: skip its go list
 	}
 	raced, err := stalePackages(ctx, dir, []string{"-race"}, pkgs)
 	if err != nil || !raceIsCheaper(plain, raced) {
@@ -69,12 +72,16 @@ func BuildFlags(ctx context.Context, dir string, pkgs ...string) ([]string, erro
 // the others (the standard library's, the dependencies').
 type stale struct{ own, other int }
 
-// raceIsCheaper: see BuildFlags.
+// cold: the build would compile at least minRaceSaving packages from
+// outside this module.
+func (s stale) cold() bool { return s.other >= minRaceSaving }
+
+// raceIsCheaper: see buildFlags.
 func raceIsCheaper(plain, raced stale) bool {
-	return plain.other >= minRaceSaving && raced.own+raced.other < plain.own+plain.other
+	return plain.cold() && raced.own+raced.other < plain.own+plain.other
 }
 
-// minRaceSaving: see BuildFlags. An edit of this module leaves only its own
+// minRaceSaving: see buildFlags. An edit of this module leaves only its own
 // packages stale, which it does not count, and a dependency's upgrade a
 // few others; on a fresh cache the projector binary misses about 620.
 const minRaceSaving = 100
