@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 	"unsafe"
 )
@@ -219,12 +218,7 @@ func (t *Txn) write() (err error) {
 	for _, w := range ws {
 		size += len(w.key) + len(w.val) + 16
 	}
-	// Sort indices, not the 56-byte writes: a swap moves 4 bytes.
-	order := make([]int32, len(ws))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(ws[a].key, ws[b].key) })
+	order := keyOrder(ws) // indices, not the 56-byte writes
 	b := t.s.db.NewBatchWithSize(size)
 	defer b.Close()
 	for _, i := range order {
