@@ -344,13 +344,16 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	var h uint64
 	if cached {
 		h = keyHash(key)
-		if !s.keys.mayContain(h) {
-			return nil, false, nil // never written
-		}
+		// The value cache first: a hot key is in it, and a hit needs no
+		// filter (it holds committed values only). The filter answers
+		// the misses that were never written.
 		if cached = s.valueCached(key); cached {
 			if v, ok := s.cache.get(h, key); ok {
 				return v, true, nil
 			}
+		}
+		if !s.keys.mayContain(h) {
+			return nil, false, nil // never written
 		}
 	}
 	v, closer, err := s.db.Get(key)
