@@ -76,6 +76,7 @@ func (v Verdict) String() string {
 }
 
 // KV is the staged state the store reads and writes (a *state.Txn).
+// SetLocal keeps its key and value: the store passes buffers of their own.
 type KV interface {
 	Get(key []byte) ([]byte, bool, error)
 	SetLocal(key, val []byte)

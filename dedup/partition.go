@@ -104,8 +104,7 @@ func (p *Partition) Mark(kv KV, m *Marks, offset int64, id ID, fp [32]byte, now 
 	}
 	m.buf = append(append(m.buf, id[:]...), fp[:]...)
 	m.n++
-	// One allocation for both: KV.SetLocal keeps the value (and may keep
-	// the key).
+	// One allocation for both: KV.SetLocal keeps the key and the value.
 	n := len(p.prefix) + 1 + len(id)
 	buf := make([]byte, n+segmentEntryLen)
 	k := appendKey(buf[:0:n], p.prefix, id)

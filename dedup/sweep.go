@@ -27,7 +27,7 @@ func (sw *sweeper) due(now time.Time) bool { return sw.cursor != nil || !now.Bef
 func (p *Partition) SweepDue(now time.Time) bool { return p.sweep.due(now) }
 
 // LocalKV is what a local expiry (SweepLocal) needs: a scan and local
-// deletions, nothing that reaches the changelog.
+// deletions, nothing that reaches the changelog. DeleteLocal keeps its key.
 type LocalKV interface {
 	ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error
 	DeleteLocal(key []byte)

@@ -87,16 +87,22 @@ func (t *Txn) Delete(key []byte) { t.writes[string(key)] = staged{} }
 
 // SetLocal stages key=val for Pebble only: no changelog record. For state
 // that another key's changelog record restores (dedup entries, restored from
-// their transaction's segment record).
+// their transaction's segment record). Unlike Set, the txn keeps key as well
+// as val (a dedup mark per event: the copy was an allocation per event); the
+// caller must modify neither after.
 func (t *Txn) SetLocal(key, val []byte) {
 	if val == nil {
 		val = []byte{}
 	}
-	t.writes[string(key)] = staged{val: val, local: true}
+	t.writes[ownedKey(key)] = staged{val: val, local: true}
 }
 
-// DeleteLocal stages the deletion of a key written with SetLocal.
-func (t *Txn) DeleteLocal(key []byte) { t.writes[string(key)] = staged{local: true} }
+// DeleteLocal stages the deletion of a key written with SetLocal. The txn
+// keeps key, as SetLocal does.
+func (t *Txn) DeleteLocal(key []byte) { t.writes[ownedKey(key)] = staged{local: true} }
+
+// ownedKey is key as a string without a copy: for a key the txn keeps.
+func ownedKey(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }
 
 // SetLogged stages key=val in Pebble and key=log in the changelog: the
 // changelog record carries what a restore expands (see eos.Config.Restore),
