@@ -1,6 +1,9 @@
 package state
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // keyOrder returns the indices of ws in ascending key order (bytewise, as
 // Pebble orders keys). Txn.write inserts a batch in that order.
@@ -167,4 +170,11 @@ func insertionSort(ws []committedWrite, items []wordItem, d int) {
 			items[b], items[b-1] = items[b-1], items[b]
 		}
 	}
+}
+
+// insertInOrder inserts index i into order, the indices of ws in key order,
+// where ws[i]'s key belongs (a binary search: for a few keys sorted apart).
+func insertInOrder(ws []committedWrite, order []int32, i int32) []int32 {
+	at, _ := slices.BinarySearchFunc(order, ws[i].key, func(j int32, k string) int { return strings.Compare(ws[j].key, k) })
+	return slices.Insert(order, at, i)
 }

@@ -68,7 +68,13 @@ func TestKeyOrder(t *testing.T) {
 			for i, k := range ks {
 				ws[i].key = k
 			}
-			order := keyOrder(ws)
+			// The first keys by the radix sort, the last few inserted
+			// one by one, as Txn.write does with its offsets' keys.
+			apart := min(len(ks), 3)
+			order := keyOrder(ws[:len(ws)-apart])
+			for i := len(ws) - apart; i < len(ws); i++ {
+				order = insertInOrder(ws, order, int32(i))
+			}
 			if len(order) != len(ks) {
 				t.Fatalf("%d indices for %d keys", len(order), len(ks))
 			}
@@ -88,11 +94,13 @@ func TestKeyOrder(t *testing.T) {
 
 // BenchmarkKeyOrder orders a task batch of the processor's shape (5,000
 // events: a dedup entry under a random id and an aggregate key each, below
-// one task prefix), with keyOrder and with the comparison sort of indices it
-// replaced (the reference).
+// one task prefix, then the task's offset key) as Txn.write does (the
+// radix sort of the state writes, the offset key inserted), with the radix
+// sort of every key, and with the comparison sort of indices it replaced
+// (the reference).
 func BenchmarkKeyOrder(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	prefix := "\x00\x0bcase-events\x00\x00\x00\x03"
+	prefix := "t\x00\x0bcase-events\x00\x00\x00\x03"
 	var ws []committedWrite
 	for range 5000 {
 		d := binary.BigEndian.AppendUint64([]byte(prefix+"d"), rng.Uint64())
@@ -101,6 +109,13 @@ func BenchmarkKeyOrder(b *testing.B) {
 		ws = append(ws, committedWrite{key: string(a)})
 	}
 	rng.Shuffle(len(ws), func(i, j int) { ws[i], ws[j] = ws[j], ws[i] })
+	ws = append(ws, committedWrite{key: "o\x00\x0bcase-events\x00\x00\x00\x03"})
+	state := len(ws) - 1
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			insertInOrder(ws, keyOrder(ws[:state]), int32(state))
+		}
+	})
 	b.Run("radix", func(b *testing.B) {
 		for b.Loop() {
 			keyOrder(ws)

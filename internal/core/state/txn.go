@@ -224,7 +224,13 @@ func (t *Txn) write() (err error) {
 	for _, w := range ws {
 		size += len(w.key) + len(w.val) + 16
 	}
-	order := keyOrder(ws) // indices, not the 56-byte writes
+	// Indices, not the 56-byte writes. The state writes share the task's
+	// prefix, the offsets' keys do not: sorted apart, the radix sort
+	// starts past the prefix.
+	order := keyOrder(ws[:len(t.writes)])
+	for i := len(t.writes); i < len(ws); i++ {
+		order = insertInOrder(ws, order, int32(i))
+	}
 	b := t.s.db.NewBatchWithSize(size)
 	defer b.Close()
 	for _, i := range order {
