@@ -76,7 +76,8 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 		bs.trace.note(res.Trace) // the transaction span's parent and links
 	}
 	var ev envelope.Event
-	if err := envelope.DecodeInto(value, p.cfg.MaxRecordBytes, &ev); err != nil {
+	fp, err := envelope.DecodeFingerprint(value, p.cfg.MaxRecordBytes, &ev) // one walk of the payload for both
+	if err != nil {
 		p.rejectInvalid(b, ts, r, origin, err)
 		return nil
 	}
@@ -87,7 +88,6 @@ func (p *Processor) process(b *eos.Batch, ts *taskState, r *kgo.Record) error {
 			matched = append(matched, g)
 		}
 	}
-	fp := ev.Fingerprint()
 	id := dedup.MakeID(ev.TenantID, res.DedupEventID(ev.EventID))
 	verdict, err := bs.ts.dedup.Check(b.Txn, id, fp, b.Now)
 	if err != nil {

@@ -58,6 +58,20 @@ func BenchmarkDecodeAndFingerprint(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeFingerprint is BenchmarkDecodeAndFingerprint in one call,
+// the processor's: one walk of the payload for both.
+func BenchmarkDecodeFingerprint(b *testing.B) {
+	data := []byte(benchEnvelope)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	var ev Event
+	for b.Loop() {
+		if _, err := DecodeFingerprint(data, 0, &ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkDecodeAlloc is the Decode (not DecodeInto) form, for reference.
 func BenchmarkDecodeAlloc(b *testing.B) {
 	data := []byte(benchEnvelope)
@@ -70,7 +84,8 @@ func BenchmarkDecodeAlloc(b *testing.B) {
 }
 
 // The hot path's allocation budget: DecodeInto makes one allocation (the
-// shared string of all string fields), Fingerprint none once the pool is warm.
+// shared string of all string fields), Fingerprint none once the pool is warm,
+// DecodeFingerprint the one of DecodeInto.
 func TestHotPathAllocations(t *testing.T) {
 	if race.Enabled {
 		t.Skip("sync.Pool drops items under the race detector")
@@ -82,5 +97,8 @@ func TestHotPathAllocations(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, func() { _ = ev.Fingerprint() }); n > 0 {
 		t.Errorf("Fingerprint: %v allocations per run, want 0", n)
+	}
+	if n := testing.AllocsPerRun(200, func() { _, _ = DecodeFingerprint(data, 0, &ev) }); n > 1 {
+		t.Errorf("DecodeFingerprint: %v allocations per run, want <= 1", n)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // as null. See AppendCanonical.
 func (e *Event) Fingerprint() [32]byte {
 	c := getCanonicalizer()
-	c.buf = e.appendCanonical(c, c.buf[:0])
+	c.buf = e.appendCanonical(c, c.buf[:0], nil)
 	sum := sha256.Sum256(c.buf)
 	putCanonicalizer(c)
 	return sum
@@ -30,12 +30,15 @@ func (e *Event) Fingerprint() [32]byte {
 // does not parse as I-JSON is appended verbatim.
 func (e *Event) AppendCanonical(dst []byte) []byte {
 	c := getCanonicalizer()
-	dst = e.appendCanonical(c, dst)
+	dst = e.appendCanonical(c, dst, nil)
 	putCanonicalizer(c)
 	return dst
 }
 
-func (e *Event) appendCanonical(c *canonicalizer, dst []byte) []byte {
+// appendCanonical is AppendCanonical with c's scratch. payload, when not
+// empty, is the payload's canonical form already (DecodeFingerprint's walk
+// wrote it): appended as it is.
+func (e *Event) appendCanonical(c *canonicalizer, dst, payload []byte) []byte {
 	// Member names are ASCII, so their UTF-16 order is their byte order:
 	// aggregateId < aggregateType < aggregateVersion < eventType < payload < tenantId.
 	dst = append(dst, '{')
@@ -56,7 +59,10 @@ func (e *Event) appendCanonical(c *canonicalizer, dst []byte) []byte {
 		dst = appendName(dst, &n, `"eventType":`)
 		dst = appendCanonicalString(dst, e.EventType)
 	}
-	if len(e.Payload) != 0 {
+	if len(e.Payload) != 0 && len(payload) != 0 {
+		dst = appendName(dst, &n, `"payload":`)
+		dst = append(dst, payload...)
+	} else if len(e.Payload) != 0 {
 		dst = appendName(dst, &n, `"payload":`)
 		mark := len(dst)
 		c.reset(e.Payload, true)
@@ -85,16 +91,21 @@ func appendName(dst []byte, n *int, name string) []byte {
 	return append(dst, name...)
 }
 
-// validatePayload validates the payload value under s.pos (the walk that
-// Fingerprint will later repeat, without producing output) and moves s past
+// validatePayload validates the payload value under s.pos and moves s past
 // it. err is structural and ends decoding; sem is the first I-JSON problem
 // (duplicate name, unpaired surrogate, overflowing number), a field-level
-// error that lets the scan go on.
-func validatePayload(s *scanner) (sem, err *Error) {
+// error that lets the scan go on. With canon set, the walk writes the
+// payload's canonical form into *canon too (the walk Fingerprint would
+// otherwise repeat); without, it produces no output.
+func validatePayload(s *scanner, canon *[]byte) (sem, err *Error) {
 	c := getCanonicalizer()
-	c.reset(s.data, false)
+	c.reset(s.data, canon != nil)
 	c.pos = s.pos
-	_, err = c.value(nil, 2)
+	if canon != nil {
+		*canon, err = c.value((*canon)[:0], 2)
+	} else {
+		_, err = c.value(nil, 2)
+	}
 	s.pos = c.pos
 	sem = c.semErr
 	putCanonicalizer(c)
@@ -119,6 +130,7 @@ type canonicalizer struct {
 	names   []byte   // decoded names of members whose names contained escapes
 	tmp     []byte   // scratch for re-laying an object's members
 	buf     []byte   // Fingerprint's output buffer, kept for reuse
+	payload []byte   // DecodeFingerprint's canonical payload, kept for reuse
 }
 
 // member is one object member awaiting sorting. It holds offsets rather
@@ -152,6 +164,9 @@ func putCanonicalizer(c *canonicalizer) {
 	}
 	if cap(c.tmp) > keep {
 		c.tmp = nil
+	}
+	if cap(c.payload) > keep {
+		c.payload = nil
 	}
 	if cap(c.names) > keep {
 		c.names = nil

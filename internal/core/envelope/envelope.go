@@ -51,13 +51,15 @@
 // RFC 8785, payload numbers are compared as IEEE-754 doubles: two integers
 // that differ only beyond double precision (above 2^53) are the same number.
 //
-// The hot path (DecodeInto + Fingerprint) uses no reflection: a hand-written
-// scanner walks the top level, and the payload is validated and canonicalised
-// by walking its bytes directly. All decoded string fields share one
+// The hot path (DecodeFingerprint: DecodeInto and Fingerprint in one walk of
+// the payload) uses no reflection: a hand-written scanner walks the top
+// level, and the payload is validated and canonicalised by walking its bytes
+// directly. All decoded string fields share one
 // allocation; scratch memory for canonicalisation is pooled.
 package envelope
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"unicode/utf8"
 )
@@ -100,7 +102,7 @@ func (e *Error) Reason() string { return "invalid:" + e.Field }
 // input. maxBytes <= 0 means DefaultMaxBytes. Errors are *Error.
 func Decode(data []byte, maxBytes int) (*Event, error) {
 	ev := new(Event)
-	if err := decode(data, maxBytes, ev); err != nil {
+	if err := decode(data, maxBytes, ev, nil); err != nil {
 		return nil, err
 	}
 	return ev, nil
@@ -110,10 +112,24 @@ func Decode(data []byte, maxBytes int) (*Event, error) {
 // is overwritten, and zeroed when an error is returned. On success the only
 // allocation is one string shared by all string fields.
 func DecodeInto(data []byte, maxBytes int, ev *Event) error {
-	if err := decode(data, maxBytes, ev); err != nil {
+	if err := decode(data, maxBytes, ev, nil); err != nil {
 		return err // a non-nil *Error; returning the typed nil would make a non-nil error
 	}
 	return nil
+}
+
+// DecodeFingerprint is DecodeInto and then ev.Fingerprint, in one walk of
+// the payload: the walk that validates it writes its canonical form too,
+// which the fingerprint then takes as it is instead of walking the payload
+// again. The processor's hot path.
+func DecodeFingerprint(data []byte, maxBytes int, ev *Event) ([32]byte, error) {
+	c := getCanonicalizer()
+	defer putCanonicalizer(c)
+	if err := decode(data, maxBytes, ev, &c.payload); err != nil {
+		return [32]byte{}, err
+	}
+	c.buf = ev.appendCanonical(c, c.buf[:0], c.payload)
+	return sha256.Sum256(c.buf), nil
 }
 
 // field identifies a known top-level member. String fields come first so
@@ -222,8 +238,14 @@ type stringSpans [nStringFields]struct{ off, end int }
 // DecodeAndFingerprint together +1.4%), which the wall-clock medians do
 // not resolve on a shared 2-core machine (8 interleaved runs: Decode 719 vs
 // 756 ns/op, DecodeAlloc 886 vs 856; the spread between runs is ±20%).
-func decode(data []byte, maxBytes int, ev *Event) *Error {
+// decode is DecodeInto; with canon set, the payload's canonical form is
+// written into *canon as it is validated (DecodeFingerprint), and *canon is
+// empty when the payload is absent.
+func decode(data []byte, maxBytes int, ev *Event, canon *[]byte) *Error {
 	*ev = Event{}
+	if canon != nil {
+		*canon = (*canon)[:0]
+	}
 	s, err := openEnvelope(data, maxBytes)
 	if err != nil {
 		return err
@@ -282,7 +304,7 @@ func decode(data []byte, maxBytes int, ev *Event) *Error {
 			default: // fPayload
 				start := s.pos
 				var sem *Error
-				if sem, err = validatePayload(&s); sem != nil && first == nil {
+				if sem, err = validatePayload(&s, canon); sem != nil && first == nil {
 					first = sem
 				}
 				payload = data[start:s.pos]

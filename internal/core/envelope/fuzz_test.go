@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/big"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -80,9 +81,20 @@ func FuzzDecode(f *testing.F) {
 const payloadPrefix = `{"eventId":"e","eventType":"T","aggregateId":"A","payload":`
 
 // fuzzRecord checks one record value; it returns the event if it decoded.
+// DecodeFingerprint must agree with DecodeInto and Fingerprint on every
+// input: the same event or the same error, and the same fingerprint.
 func fuzzRecord(t *testing.T, data []byte) *Event {
-	var ev Event
+	var ev, ev2 Event
 	err := DecodeInto(data, 0, &ev)
+	fp2, err2 := DecodeFingerprint(data, 0, &ev2)
+	switch {
+	case (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error():
+		t.Fatalf("DecodeInto: %v; DecodeFingerprint: %v", err, err2)
+	case !reflect.DeepEqual(ev, ev2):
+		t.Fatalf("DecodeInto: %+v; DecodeFingerprint: %+v", ev, ev2)
+	case err == nil && fp2 != ev.Fingerprint():
+		t.Fatalf("DecodeFingerprint's fingerprint %x, Fingerprint's %x", fp2, ev.Fingerprint())
+	}
 	if err != nil {
 		checkRejection(t, data, &ev, err)
 		return nil
