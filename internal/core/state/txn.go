@@ -82,6 +82,16 @@ func (t *Txn) Set(key, val []byte) {
 	t.writes[string(key)] = staged{val: val}
 }
 
+// SetKept is Set that keeps key too, without a copy: for a caller whose
+// keys are its own to hand over (staging.Overlay's Flush: a guard step's
+// aggregate key per event). The caller must modify neither after.
+func (t *Txn) SetKept(key, val []byte) {
+	if val == nil {
+		val = []byte{}
+	}
+	t.writes[ownedKey(key)] = staged{val: val}
+}
+
 // Delete stages the deletion of key.
 func (t *Txn) Delete(key []byte) { t.writes[string(key)] = staged{} }
 
