@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"encoding/binary"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -238,4 +239,28 @@ func BenchmarkRecent(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(hits)/float64(b.N), "hits/op")
+}
+
+// BenchmarkFilter is the task filter's part of a new event as the processor
+// runs it (MayContain, then Add) on a filter sized for a million ids and
+// holding them: megabytes of bits, so each probe's cost is a cache miss.
+func BenchmarkFilter(b *testing.B) {
+	const n = 1_000_000
+	f := dedup.NewFilter(n)
+	for i := range n {
+		f.Add(dedup.MakeID("", "held-"+strconv.Itoa(i)))
+	}
+	ids := make([]dedup.ID, 1<<16)
+	for i := range ids {
+		ids[i] = dedup.MakeID("", "new-"+strconv.Itoa(i))
+	}
+	i := 0
+	for b.Loop() {
+		id := ids[i&(len(ids)-1)]
+		if !f.MayContain(id) && i >= len(ids) {
+			b.Fatalf("id %d was added but is rejected", i&(len(ids)-1))
+		}
+		f.Add(id)
+		i++
+	}
 }

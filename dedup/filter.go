@@ -18,33 +18,55 @@ const minFilterBits = 1 << 23
 // bitsPerID is sized for a false-positive rate well under 1% with 4 probes.
 const bitsPerID = 16
 
+// blockWords is the words of a block: 512 bits, one 64-byte cache line. An
+// id's four probes all fall in one block (a blocked Bloom filter), so an Add
+// or a MayContain waits on one line of memory instead of four: the filter
+// of a task with a million ids is megabytes, far beyond the caches. The
+// price is a false-positive rate a little above an unblocked filter's of
+// the same size (TestFilter: under 1% when full).
+const blockWords = 8
+
 // NewFilter returns a filter sized for expected ids (with room to double).
 func NewFilter(expected int) *Filter {
 	m := max(2*expected*bitsPerID, minFilterBits)
-	return &Filter{bits: make([]uint64, (m+63)/64)}
+	words := (m + 64*blockWords - 1) / (64 * blockWords) * blockWords
+	return &Filter{bits: make([]uint64, words)}
 }
 
-// The id is a SHA-256 prefix: its bytes are already uniform, so four 32-bit
-// slices serve as the four probe hashes.
-func (f *Filter) probes(id ID, fn func(bit uint64) bool) bool {
-	m := uint64(len(f.bits) * 64)
-	for i := 0; i < 4; i++ {
-		if !fn(uint64(binary.LittleEndian.Uint32(id[4*i:])) % m) {
-			return false
-		}
-	}
-	return true
+// block is id's block. The id is a SHA-256 prefix: its bytes are already
+// uniform, so its first four bytes choose the block and the next 36 bits
+// the four probes in it (probe).
+func (f *Filter) block(id ID) *[blockWords]uint64 {
+	n := uint64(len(f.bits) / blockWords)
+	b := uint64(binary.LittleEndian.Uint32(id[0:4])) * n >> 32 // in [0, n): no division
+	return (*[blockWords]uint64)(f.bits[b*blockWords:])
+}
+
+// probe is the word and bit of id's probe i (0–3) in its block.
+func probe(id ID, i int) (word int, bit uint64) {
+	p := binary.LittleEndian.Uint64(id[4:12]) >> (9 * i) & 511
+	return int(p / 64), 1 << (p % 64)
 }
 
 // Add records id.
 func (f *Filter) Add(id ID) {
-	f.probes(id, func(b uint64) bool { f.bits[b/64] |= 1 << (b % 64); return true })
+	blk := f.block(id)
+	for i := range 4 {
+		w, b := probe(id, i)
+		blk[w] |= b
+	}
 	f.n++
 }
 
 // MayContain is false only if id was never added.
 func (f *Filter) MayContain(id ID) bool {
-	return f.probes(id, func(b uint64) bool { return f.bits[b/64]&(1<<(b%64)) != 0 })
+	blk := f.block(id)
+	for i := range 4 {
+		if w, b := probe(id, i); blk[w]&b == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Full reports that the filter holds more ids than it was sized for; rebuild
