@@ -3,7 +3,6 @@ package state
 import (
 	"hash/maphash"
 	"sync"
-	"unsafe"
 )
 
 // valueCache keeps recently committed or read values in memory, so that the
@@ -28,37 +27,10 @@ type cacheShard struct {
 }
 
 // cacheEntry keeps its key: two keys of one hash share a slot (the later
-// wins) and a lookup of the other misses. A key of up to keyRoom bytes is
-// held in the entry itself, so that the comparison reads the map slot the
-// lookup has just loaded: a key held apart costs a lookup a second cache
-// miss, as much as the map's own (BenchmarkValueCacheGet).
+// wins) and a lookup of the other misses.
 type cacheEntry struct {
-	val  []byte
-	long string // the key, when longer than keyRoom
-	n    uint8  // the key's length, when held in place
-	in   [keyRoom]byte
-}
-
-// keyRoom is the longest key held in place: an aggregate key (task prefix,
-// projection name, aggregate id) of usual names.
-const keyRoom = 64
-
-func newCacheEntry(k string, v []byte) cacheEntry {
-	e := cacheEntry{val: v}
-	if len(k) > keyRoom {
-		e.long = k
-	} else {
-		e.n = uint8(copy(e.in[:], k))
-	}
-	return e
-}
-
-// is reports whether e is k's entry.
-func (e *cacheEntry) is(k string) bool {
-	if len(k) > keyRoom {
-		return e.long == k
-	}
-	return e.long == "" && int(e.n) == len(k) && string(e.in[:len(k)]) == k
+	key string
+	val []byte
 }
 
 const cacheShards = 16
@@ -96,7 +68,7 @@ func (c *valueCache) get(h uint64, k []byte) ([]byte, bool) {
 	s.mu.Lock()
 	e, ok := s.m[h]
 	s.mu.Unlock()
-	if !ok || !e.is(unsafe.String(unsafe.SliceData(k), len(k))) {
+	if !ok || e.key != string(k) {
 		return nil, false
 	}
 	return e.val, true
@@ -125,7 +97,7 @@ func (s *cacheShard) putLocked(h uint64, k string, v []byte) {
 			}
 		}
 	}
-	s.m[h] = newCacheEntry(k, v)
+	s.m[h] = cacheEntry{k, v}
 }
 
 // committed applies a commit's writes. With a selection of cached keys
@@ -145,14 +117,14 @@ func (c *valueCache) committed(ws []committedWrite, selective bool) {
 		s.mu.Lock()
 		switch {
 		case w.val == nil:
-			if e, ok := s.m[h]; ok && e.is(w.key) {
+			if e, ok := s.m[h]; ok && e.key == w.key {
 				delete(s.m, h)
 			}
 		case selective:
 			s.putLocked(h, w.key, w.val)
 		default:
-			if e, ok := s.m[h]; ok && e.is(w.key) {
-				s.m[h] = newCacheEntry(w.key, w.val)
+			if e, ok := s.m[h]; ok && e.key == w.key {
+				s.m[h] = cacheEntry{w.key, w.val}
 			}
 		}
 		s.mu.Unlock()
