@@ -363,11 +363,19 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("state: get: %w", err)
 	}
-	out := append([]byte(nil), v...)
-	closer.Close()
-	if cached {
-		s.cache.put(h, string(key), out)
+	if !cached {
+		out := append([]byte(nil), v...)
+		closer.Close()
+		return out, true, nil
 	}
+	// Key and value in one allocation, the key first, as the guard stages
+	// them: a cache hit compares the key, which brings the value in.
+	kv := make([]byte, len(key)+len(v))
+	copy(kv, key)
+	out := kv[len(key):]
+	copy(out, v)
+	closer.Close()
+	s.cache.put(h, ownedKey(kv[:len(key)]), out)
 	return out, true, nil
 }
 

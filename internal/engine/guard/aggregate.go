@@ -33,14 +33,19 @@ const (
 // inline event's bytes).
 const maxAggHeader = 1 + binary.MaxVarintLen64 + 1 + 4*binary.MaxVarintLen64
 
-// encode returns the record in a new slice of its exact size (KV.Set keeps it).
-func (s *aggState) encode() []byte {
+// encode returns key and the record, for KV.Set (which keeps both), in one
+// new allocation of their exact size, the key first: a read of the record
+// compares the key first (the store's value cache), so the key's cache line
+// brings in the record's start.
+func (s *aggState) encode(key []byte) (k, rec []byte) {
 	var h [maxAggHeader]byte
 	hdr := s.appendHeader(h[:0])
-	b := make([]byte, 0, len(hdr)+len(s.inline)+len(s.doc))
+	b := make([]byte, 0, len(key)+len(hdr)+len(s.inline)+len(s.doc))
+	b = append(b, key...)
 	b = append(b, hdr...)
 	b = append(b, s.inline...)
-	return append(b, s.doc...)
+	b = append(b, s.doc...)
+	return b[:len(key):len(key)], b[len(key):]
 }
 
 // appendHeader appends the record up to the inline event's bytes (or the

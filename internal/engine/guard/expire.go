@@ -55,7 +55,7 @@ func (g *Guard) ExpireBefore(kv KV, taskPrefix []byte, aggregate string, p proje
 	} else {
 		st.heldSince = 0
 	}
-	kv.Set(key, st.encode())
+	kv.Set(st.encode(key))
 	step.HeldCount = st.heldCount
 	if st.heldCount > 0 {
 		step.HeldSince = time.UnixMilli(st.heldSince)

@@ -32,7 +32,7 @@ func TestParseKeysAndCheckRecord(t *testing.T) {
 			t.Errorf("ParseHeldKey(%q): no error", k)
 		}
 	}
-	rec := (&aggState{version: 3, doc: []byte(`{}`)}).encode()
+	_, rec := (&aggState{version: 3, doc: []byte(`{}`)}).encode(nil)
 	wrapper := encodeHeld(time.UnixMilli(1_700_000_000_000), Source{Offset: 4, Value: []byte(`{}`)})
 	for _, c := range []struct {
 		key, value []byte

@@ -64,7 +64,7 @@ func (g *Guard) offer(kv KV, taskPrefix []byte, ev *envelope.Event, src Source, 
 				return Step{}, err
 			}
 		}
-		kv.Set(key, st.encode())
+		kv.Set(st.encode(key))
 	default:
 		hk := heldKey(HeldPrefix(taskPrefix, g.P.Name, ev.AggregateID), v)
 		if st.inlineV == v {
@@ -93,7 +93,7 @@ func (g *Guard) offer(kv KV, taskPrefix []byte, ev *envelope.Event, src Source, 
 		}
 		st.heldCount++
 		step.Outcome = Held
-		kv.Set(key, st.encode())
+		kv.Set(st.encode(key))
 	}
 	step.HeldCount = st.heldCount
 	if st.heldCount > 0 {
@@ -178,18 +178,18 @@ func (g *Guard) applyStore(kv KV, key []byte, st *aggState, ev *envelope.Event, 
 	res, buf, err := g.run(st, ev)
 	if err != nil {
 		failed(step, src, err)
-		kv.Set(key, st.encode())
+		kv.Set(st.encode(key))
 		return
 	}
 	st.advance(res)
-	rec := st.encode()
+	k, rec := st.encode(key)
 	if buf != nil {
 		mergeBufs.Put(buf) // res.State is in rec now
 	}
 	if st.doc != nil {
 		st.doc = rec[len(rec)-len(st.doc):] // the record's tail, not the buffer
 	}
-	kv.Set(key, rec)
+	kv.Set(k, rec)
 	applied(step, spare, st, ev, src, res.Effects)
 }
 
