@@ -59,10 +59,12 @@ func (e *Event) appendCanonical(c *canonicalizer, dst, payload []byte) []byte {
 		dst = appendName(dst, &n, `"eventType":`)
 		dst = appendCanonicalString(dst, e.EventType)
 	}
-	if len(e.Payload) != 0 && len(payload) != 0 {
+	switch {
+	case len(e.Payload) == 0:
+	case len(payload) != 0:
 		dst = appendName(dst, &n, `"payload":`)
 		dst = append(dst, payload...)
-	} else if len(e.Payload) != 0 {
+	default:
 		dst = appendName(dst, &n, `"payload":`)
 		mark := len(dst)
 		c.reset(e.Payload, true)
@@ -94,22 +96,25 @@ func appendName(dst []byte, n *int, name string) []byte {
 // validatePayload validates the payload value under s.pos and moves s past
 // it. err is structural and ends decoding; sem is the first I-JSON problem
 // (duplicate name, unpaired surrogate, overflowing number), a field-level
-// error that lets the scan go on. With canon set, the walk writes the
-// payload's canonical form into *canon too (the walk Fingerprint would
-// otherwise repeat); without, it produces no output.
-func validatePayload(s *scanner, canon *[]byte) (sem, err *Error) {
-	c := getCanonicalizer()
-	c.reset(s.data, canon != nil)
+// error that lets the scan go on. With c set (DecodeFingerprint's), c walks
+// it and writes its canonical form into c.payload, the walk Fingerprint
+// would otherwise repeat; without, a pooled canonicalizer walks it and
+// writes nothing.
+func validatePayload(s *scanner, c *canonicalizer) (sem, err *Error) {
+	emit := c != nil
+	if !emit {
+		c = getCanonicalizer()
+		defer putCanonicalizer(c)
+	}
+	c.reset(s.data, emit)
 	c.pos = s.pos
-	if canon != nil {
-		*canon, err = c.value((*canon)[:0], 2)
+	if emit {
+		c.payload, err = c.value(c.payload[:0], 2)
 	} else {
 		_, err = c.value(nil, 2)
 	}
 	s.pos = c.pos
-	sem = c.semErr
-	putCanonicalizer(c)
-	return sem, err
+	return c.semErr, err
 }
 
 // canonicalizer walks one JSON value, validating it as I-JSON and, when
@@ -370,17 +375,25 @@ func (c *canonicalizer) object(out []byte, depth int) ([]byte, *Error) {
 // sortObject handles an object whose member names were not in strictly
 // increasing order (ms, emitted at out[objStart:] in input order): it
 // reports a duplicate name and, when emitting, re-lays the members sorted.
+// Of several duplicate names it reports the one that sorts first, whichever
+// way it finds them, so that validating and emitting (DecodeInto and
+// DecodeFingerprint) give the same error.
 func (c *canonicalizer) sortObject(out []byte, ms []member, objStart int) []byte {
 	if !c.emit && len(ms) <= 8 {
 		// Validation only needs the duplicate check, and for the small
 		// objects typical of payloads comparing all pairs beats sorting.
+		var dup []byte
+		found := false
 		for i := 1; i < len(ms); i++ {
 			name := c.name(&ms[i])
 			for j := 0; j < i; j++ {
-				if bytes.Equal(c.name(&ms[j]), name) {
-					c.fail("duplicate member name %s in an object", quoteTrunc(name))
+				if bytes.Equal(c.name(&ms[j]), name) && (!found || compareUTF16(name, dup) < 0) {
+					dup, found = name, true
 				}
 			}
+		}
+		if found {
+			c.fail("duplicate member name %s in an object", quoteTrunc(dup))
 		}
 		return out
 	}

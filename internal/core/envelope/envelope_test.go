@@ -320,6 +320,11 @@ func TestErrorMessages(t *testing.T) {
 		{`{"a":tx}`, "envelope: invalid value: not JSON: invalid literal at offset 5"},
 		{"{\"a\":\"\xff\"}", "envelope: invalid value: not valid UTF-8"},
 		{base(`"payload":{"k":1,"k":2}`), `envelope: invalid payload: duplicate member name "k" in an object`},
+		// Of several duplicates, the name that sorts first, in a small
+		// object as in a large one (and emitting, as DecodeFingerprint
+		// does, as validating).
+		{base(`"payload":{"b":1,"a":2,"b":3,"a":4}`), `envelope: invalid payload: duplicate member name "a" in an object`},
+		{base(`"payload":{"b":1,"a":2,"b":3,"a":4,"c":5,"d":6,"e":7,"f":8,"g":9}`), `envelope: invalid payload: duplicate member name "a" in an object`},
 		{base(`"payload":` + strings.Repeat("[", 64) + strings.Repeat("]", 64)), "envelope: invalid payload: nested deeper than 64 levels"},
 	}
 	for _, tc := range tests {
