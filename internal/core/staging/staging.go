@@ -23,11 +23,6 @@ type KV interface {
 
 type deleter interface{ Delete(key []byte) }
 
-// keeper is a KV that can keep the keys it is given (state.Txn.SetKept):
-// an Overlay's keys are already the Overlay's (Set's contract), so Flush
-// hands them over instead of having them copied.
-type keeper interface{ SetKept(key, val []byte) }
-
 // Write is one staged write: a set of Key to Val, or a deletion of Key.
 type Write struct {
 	Key, Val []byte
@@ -140,14 +135,10 @@ func (o *Overlay) Scan(prefix []byte, fn func(key, value []byte) error) error {
 // Flush writes the staged writes into the base, in order, and empties the
 // Overlay. A staged deletion needs a base with a Delete method.
 func (o *Overlay) Flush() {
-	k, keeps := o.base.(keeper)
 	for _, w := range o.writes {
-		switch {
-		case w.Deleted:
+		if w.Deleted {
 			o.base.(deleter).Delete(w.Key)
-		case keeps:
-			k.SetKept(w.Key, w.Val)
-		default:
+		} else {
 			o.base.Set(w.Key, w.Val)
 		}
 	}

@@ -12,6 +12,10 @@ import (
 // Writes to the same key collapse to the last one, so the changelog carries one
 // record per key per transaction, not one per event.
 //
+// The txn keeps the keys and values it is given, without a copy (a key per
+// event would otherwise be copied into a string of its own): a caller hands
+// over buffers it will not modify again.
+//
 // A Txn may read through a base Txn before the store (NewTxnOver): the staged
 // writes of a previous transaction whose Pebble write is still in flight.
 // Reads never change a base, so several Txns may read one base concurrently
@@ -74,32 +78,21 @@ func (t *Txn) staged(key string) (staged, bool) {
 	return staged{}, false
 }
 
-// Set stages key=val. The txn keeps val; the caller must not modify it after.
+// Set stages key=val. The txn keeps both; the caller must not modify them
+// after.
 func (t *Txn) Set(key, val []byte) {
-	if val == nil {
-		val = []byte{}
-	}
-	t.writes[string(key)] = staged{val: val}
-}
-
-// SetKept is Set that keeps key too, without a copy: for a caller whose
-// keys are its own to hand over (staging.Overlay's Flush: a guard step's
-// aggregate key per event). The caller must modify neither after.
-func (t *Txn) SetKept(key, val []byte) {
 	if val == nil {
 		val = []byte{}
 	}
 	t.writes[ownedKey(key)] = staged{val: val}
 }
 
-// Delete stages the deletion of key.
-func (t *Txn) Delete(key []byte) { t.writes[string(key)] = staged{} }
+// Delete stages the deletion of key (kept, as Set keeps it).
+func (t *Txn) Delete(key []byte) { t.writes[ownedKey(key)] = staged{} }
 
 // SetLocal stages key=val for Pebble only: no changelog record. For state
 // that another key's changelog record restores (dedup entries, restored from
-// their transaction's segment record). Unlike Set, the txn keeps key as well
-// as val (a dedup mark per event: the copy was an allocation per event); the
-// caller must modify neither after.
+// their transaction's segment record). Kept, as Set keeps them.
 func (t *Txn) SetLocal(key, val []byte) {
 	if val == nil {
 		val = []byte{}
@@ -107,16 +100,12 @@ func (t *Txn) SetLocal(key, val []byte) {
 	t.writes[ownedKey(key)] = staged{val: val, local: true}
 }
 
-// DeleteLocal stages the deletion of a key written with SetLocal. The txn
-// keeps key, as SetLocal does.
+// DeleteLocal stages the deletion of a key written with SetLocal (kept).
 func (t *Txn) DeleteLocal(key []byte) { t.writes[ownedKey(key)] = staged{local: true} }
-
-// ownedKey is key as a string without a copy: for a key the txn keeps.
-func ownedKey(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }
 
 // SetLogged stages key=val in Pebble and key=log in the changelog: the
 // changelog record carries what a restore expands (see eos.Config.Restore),
-// Pebble keeps a compact marker.
+// Pebble keeps a compact marker. Kept, as Set keeps them.
 func (t *Txn) SetLogged(key, val, log []byte) {
 	if val == nil {
 		val = []byte{}
@@ -124,8 +113,12 @@ func (t *Txn) SetLogged(key, val, log []byte) {
 	if log == nil {
 		log = []byte{}
 	}
-	t.writes[string(key)] = staged{val: val, log: log}
+	t.writes[ownedKey(key)] = staged{val: val, log: log}
 }
+
+// ownedKey is a kept key as the string the txn indexes it by, without a
+// copy.
+func ownedKey(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }
 
 // Len is the number of distinct keys staged (an upper bound of the
 // changelog records Each yields).
