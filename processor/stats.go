@@ -11,7 +11,13 @@ import (
 // tally counts one task batch's outcomes, dead letters and intents; the
 // counts reach Stats once the transaction commits (batchState).
 type tally struct {
-	events  map[eventKey]int64
+	// events is a list, not a map: a batch sees a handful of
+	// (projection, outcome) pairs, and every event adds to one, so a scan
+	// comparing each pair's projection name by pointer first costs less
+	// than hashing the name into a map per event. last is the pair the
+	// previous add found.
+	events  []eventCount
+	last    int
 	dlq     map[string]int64
 	effects map[effectKey]int64
 }
@@ -22,6 +28,10 @@ type (
 		projection string
 		outcome    Outcome
 	}
+	eventCount struct {
+		key eventKey
+		n   int64
+	}
 	effectKey struct {
 		effect string
 		status IntentStatus
@@ -29,14 +39,28 @@ type (
 )
 
 func newTally() tally {
-	return tally{events: map[eventKey]int64{}, dlq: map[string]int64{}, effects: map[effectKey]int64{}}
+	return tally{dlq: map[string]int64{}, effects: map[effectKey]int64{}}
 }
 
-func (t *tally) add(projection string, outcome Outcome) { t.events[eventKey{projection, outcome}]++ }
+func (t *tally) add(projection string, outcome Outcome) { t.addN(projection, outcome, 1) }
 func (t *tally) addN(projection string, outcome Outcome, n int) {
-	if n > 0 {
-		t.events[eventKey{projection, outcome}] += int64(n)
+	if n <= 0 {
+		return
 	}
+	k := eventKey{projection, outcome}
+	if t.last < len(t.events) && t.events[t.last].key == k {
+		t.events[t.last].n += int64(n)
+		return
+	}
+	for i := range t.events {
+		if t.events[i].key == k {
+			t.events[i].n += int64(n)
+			t.last = i
+			return
+		}
+	}
+	t.last = len(t.events)
+	t.events = append(t.events, eventCount{k, int64(n)})
 }
 func (t *tally) addAll(gs []*guard.Guard, outcome Outcome) {
 	if len(gs) == 0 {
@@ -101,8 +125,8 @@ func newStats() *Stats {
 func (s *Stats) addTally(t *tally) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, v := range t.events {
-		s.events[k] += v
+	for _, e := range t.events {
+		s.events[e.key] += e.n
 	}
 	for k, v := range t.dlq {
 		s.dlq[k] += v

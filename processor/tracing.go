@@ -145,8 +145,8 @@ func (p *Processor) endSpan(tt *txnTrace, aborted bool) {
 			}
 			links = append(links, trace.Link{SpanContext: sc})
 		}
-		for k, n := range bs.counts.events {
-			outcomes[k.outcome] += n
+		for _, e := range bs.counts.events {
+			outcomes[e.key.outcome] += e.n
 		}
 		for _, n := range bs.counts.dlq {
 			deadLetters += n
