@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -477,5 +478,58 @@ func TestPositions(t *testing.T) {
 	want := map[Task]int64{a: 5, b: 1234567890123}
 	if !maps.Equal(got, want) {
 		t.Fatalf("positions %v, want %v", got, want)
+	}
+}
+
+// TestKeptKeyChangedIsCaught: a Txn keeps the keys it is given (no copy), so
+// a caller that changes a key's buffer after Set would write the changed
+// key and leave the staged map unable to find it. In test binaries the
+// write refuses with a panic naming the key (checkKeptKeys), so any
+// package's test that commits through a Txn catches such a caller; keys
+// handed over and left alone commit as ever.
+func TestKeptKeyChangedIsCaught(t *testing.T) {
+	if !checkKeptKeys {
+		t.Fatal("checkKeptKeys is off in a test binary")
+	}
+	s := open(t)
+	task := Task{Topic: "in", Partition: 0}
+	good := s.NewTxn()
+	for i := range 100 {
+		good.Set(fmt.Appendf(task.Prefix(), "k%03d", i), []byte("v"))
+	}
+	if err := good.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, set := range []struct {
+		name string
+		set  func(*Txn, []byte)
+	}{
+		{"Set", func(txn *Txn, k []byte) { txn.Set(k, []byte("v")) }},
+		{"SetLocal", func(txn *Txn, k []byte) { txn.SetLocal(k, []byte("v")) }},
+		{"SetLogged", func(txn *Txn, k []byte) { txn.SetLogged(k, []byte("v"), []byte("log")) }},
+		{"Delete", func(txn *Txn, k []byte) { txn.Delete(k) }},
+	} {
+		t.Run(set.name, func(t *testing.T) {
+			txn := s.NewTxn()
+			buf := fmt.Appendf(task.Prefix(), "k%03d", 7)
+			set.set(txn, buf)
+			for i := range 50 { // others, so the changed key is not alone
+				txn.Set(fmt.Appendf(task.Prefix(), "o%03d", i), []byte("v"))
+			}
+			buf[len(buf)-1] = '8' // the caller reuses its buffer
+			msg := func() (msg string) {
+				defer func() {
+					if r := recover(); r != nil {
+						msg = fmt.Sprint(r)
+					}
+				}()
+				_ = txn.Commit()
+				return ""
+			}()
+			if want := `changed after it was handed to the txn (it now reads "t\x00\x02in\x00\x00\x00\x00k008")`; !strings.Contains(msg, want) {
+				t.Fatalf("commit after the key changed: panic %q, want one containing %q", msg, want)
+			}
+		})
 	}
 }

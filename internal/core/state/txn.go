@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"testing"
 	"time"
 	"unsafe"
 )
@@ -14,7 +15,8 @@ import (
 //
 // The txn keeps the keys and values it is given, without a copy (a key per
 // event would otherwise be copied into a string of its own): a caller hands
-// over buffers it will not modify again.
+// over buffers it will not modify again. Test binaries check the keys at
+// every write (checkKeptKeys).
 //
 // A Txn may read through a base Txn before the store (NewTxnOver): the staged
 // writes of a previous transaction whose Pebble write is still in flight.
@@ -120,6 +122,26 @@ func (t *Txn) SetLogged(key, val, log []byte) {
 // copy.
 func ownedKey(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }
 
+// checkKeptKeys makes write verify, in test binaries, that no staged key
+// changed after it was handed over: a caller that reuses a key's buffer
+// would otherwise write the wrong key to Pebble and the changelog, and
+// leave the staged map unable to find it, silently. The check costs a map
+// lookup per key, so the builds we ship skip it; every package's tests
+// that commit through a Txn run it.
+var checkKeptKeys = testing.Testing()
+
+// verifyKeptKeys panics, naming the key as it now reads, if a staged key no
+// longer finds its own entry: its bytes changed after Set, so the map holds
+// it under the hash of what it was.
+func (t *Txn) verifyKeptKeys() {
+	for k := range t.writes {
+		if _, ok := t.writes[k]; !ok {
+			panic(fmt.Sprintf("state: a staged key changed after it was handed to the txn (it now reads %q): "+
+				"a Txn keeps the keys it is given, so the caller must not modify them", k))
+		}
+	}
+}
+
 // Len is the number of distinct keys staged (an upper bound of the
 // changelog records Each yields).
 func (t *Txn) Len() int { return len(t.writes) }
@@ -207,6 +229,9 @@ func (t *Txn) write() (err error) {
 	}
 	if len(t.writes) == 0 && len(t.offsets) == 0 {
 		return nil
+	}
+	if checkKeptKeys {
+		t.verifyKeptKeys()
 	}
 	defer t.s.contain(&err)
 	// In key order: the memtable's skiplist inserter reuses its last
