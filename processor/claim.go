@@ -106,14 +106,15 @@ func (p *Processor) parseClaim(r *kgo.Record) (*receipt.Claim, []claimEvent, err
 	}
 	evs := make([]claimEvent, len(c.Events))
 	for i, v := range c.Events {
-		ev, err := envelope.Decode(v, p.cfg.MaxRecordBytes)
+		var ev envelope.Event
+		fp, err := envelope.DecodeFingerprint(v, p.cfg.MaxRecordBytes, &ev) // one walk for both
 		if err != nil {
 			return nil, nil, fmt.Errorf("claim: event %d: %w", i, err)
 		}
 		if ev.EventID != receipt.EventID(c.TenantID, c.Key, i) || ev.TenantID != c.TenantID {
 			return nil, nil, &envelope.Error{Field: "eventId", Msg: fmt.Sprintf("claim: event %d: eventId and tenantId must be derived from the claim's tenant and key", i)}
 		}
-		evs[i] = claimEvent{value: v, aggregateID: ev.AggregateID, fp: ev.Fingerprint()}
+		evs[i] = claimEvent{value: v, aggregateID: ev.AggregateID, fp: fp}
 	}
 	return c, evs, nil
 }

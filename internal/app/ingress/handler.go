@@ -253,7 +253,8 @@ func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, 
 	if len(value) > s.cfg.MaxRecordBytes {
 		return item{}, fail(413, prefix+"value", "the event is over kafka.maxRecordBytes (%d bytes)", s.cfg.MaxRecordBytes)
 	}
-	ev, err := envelope.Decode(value, s.cfg.MaxRecordBytes)
+	ev := new(envelope.Event)
+	fp, err := envelope.DecodeFingerprint(value, s.cfg.MaxRecordBytes, ev) // one walk for both
 	if err != nil {
 		var ee *envelope.Error
 		if errors.As(err, &ee) {
@@ -261,7 +262,6 @@ func (s *Server) parseEvent(req *request, hasTenant bool, i int, prefix string, 
 		}
 		return item{}, fail(422, prefix+"value", "%v", err)
 	}
-	fp := ev.Fingerprint()
 	return item{value: value, ev: ev, fp: hex.EncodeToString(fp[:])}, nil
 }
 
