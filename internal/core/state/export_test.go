@@ -6,3 +6,7 @@ import "github.com/cockroachdb/pebble/v2"
 func OpenTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error) {
 	return openTuned(dir, o, tune)
 }
+
+// Flush flushes the store's memtable (benchmarks that start from a settled
+// store).
+func Flush(s *Store) error { return s.db.Flush() }

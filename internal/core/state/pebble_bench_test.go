@@ -26,14 +26,7 @@ import (
 //
 //	PROJECTOR_BENCH_EVENTS=2000000 go test -run '^$' -bench PebbleSettings -benchtime 1x ./internal/core/state
 func BenchmarkPebbleSettings(b *testing.B) {
-	events := 1_000_000
-	if s := os.Getenv("PROJECTOR_BENCH_EVENTS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			b.Fatalf("PROJECTOR_BENCH_EVENTS=%q: want a positive count", s)
-		}
-		events = n
-	}
+	events := envCount(b, "PROJECTOR_BENCH_EVENTS", 1_000_000, 1)
 	if testing.Short() {
 		events = 20_000
 	}
@@ -62,6 +55,111 @@ func BenchmarkPebbleSettings(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMarkKeyspace weighs where the dedup marks' keys fall: random
+// (today's layout: the mark's key is its id's hash) against ordered by
+// transaction (a time-ordered keyspace: the key starts with the batch's
+// number, then the hash), in BenchmarkPebbleSettings's pattern without a WAL.
+// PROJECTOR_BENCH_PREFILL marks (default 0: the bench's empty store) are
+// written first, flushed, and their compactions left to settle (at most a
+// minute) before the clock starts: a worker's steady state holds a
+// retention's worth of marks, and random keys make every compaction
+// rewrite them. Reports CPU time per measured event and the table bytes
+// flushed and compacted while measured (docs/performance.md, "Pebble:
+// smaller memtables, and the marks' keyspace").
+//
+//	PROJECTOR_BENCH_PREFILL=5000000 go test -run '^$' -bench MarkKeyspace -benchtime 1x -count 2 ./internal/core/state
+func BenchmarkMarkKeyspace(b *testing.B) {
+	events := envCount(b, "PROJECTOR_BENCH_EVENTS", 1_000_000, 1)
+	prefill := envCount(b, "PROJECTOR_BENCH_PREFILL", 0, 0)
+	if testing.Short() {
+		events, prefill = 20_000, 10_000
+	}
+	for _, ordered := range []bool{false, true} {
+		name := map[bool]string{false: "random", true: "ordered"}[ordered]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				cpu, written := markWrites(b, ordered, prefill, events)
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(events), "cpu-ns/event")
+				b.ReportMetric(float64(written)/(1<<20), "table-MiB-written")
+			}
+		})
+	}
+}
+
+// envCount is the count in the environment variable name (at least atLeast),
+// or def when it is not set.
+func envCount(b *testing.B, name string, def, atLeast int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < atLeast {
+		b.Fatalf("%s=%q: want a count of at least %d", name, s, atLeast)
+	}
+	return n
+}
+
+// markWrites writes prefill events' marks and aggregates into a fresh store
+// without a WAL, settles it, then measures events more: the process's CPU
+// time and the table bytes Pebble wrote meanwhile.
+func markWrites(b *testing.B, ordered bool, prefill, events int) (time.Duration, uint64) {
+	st, err := state.Open(b.TempDir(), state.Options{NoWAL: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	task := state.Task{Topic: "case-events"}
+	prefix := task.Prefix()
+	rng := rand.New(rand.NewPCG(1, 2))
+	mark := make([]byte, 40)
+	write := func(from, to int) {
+		txn := st.NewTxn()
+		for n := from; n < to; n++ {
+			dk := append(append(make([]byte, 0, 64), prefix...), 'd')
+			if ordered {
+				dk = binary.BigEndian.AppendUint64(dk, uint64(n/benchTxnSize))
+			} else {
+				dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
+			}
+			for range 3 {
+				dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
+			}
+			_, ak := benchKeys(prefix, rng.IntN(100_000))
+			txn.Set(dk, mark)
+			txn.Set(ak, benchAgg)
+			if (n+1)%benchTxnSize == 0 || n+1 == to {
+				txn.SetChangelogOffset(task, int64(n+1))
+				if err := txn.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				txn = st.NewTxn()
+			}
+		}
+	}
+	written := func() uint64 {
+		t := st.Metrics().Total()
+		return t.TableBytesFlushed + t.TableBytesCompacted
+	}
+	b.StopTimer()
+	write(0, prefill)
+	if err := state.Flush(st); err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if m := st.Metrics(); m.Compact.EstimatedDebt == 0 && m.Compact.NumInProgress == 0 {
+			break
+		}
+	}
+	w0, start := written(), cpuTime()
+	b.StartTimer()
+	write(prefill, prefill+events)
+	if err := state.Flush(st); err != nil {
+		b.Fatal(err)
+	}
+	return cpuTime() - start, written() - w0
 }
 
 // steadyWrites runs the write pattern into a fresh store and returns the
