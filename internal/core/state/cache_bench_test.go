@@ -47,8 +47,9 @@ func BenchmarkValueCacheGet(b *testing.B) {
 			c := newValueCache(0)
 			fill[layout](c)
 			rng := rand.New(rand.NewPCG(3, 4))
-			// The key is built and hashed per lookup, as the guard does: in
-			// cache. The lookups' keys are built beforehand.
+			// Each lookup copies a key made beforehand into a buffer and
+			// hashes it, as the guard builds and hashes its key: the key's
+			// bytes are in the CPU's cache, the entry's are not.
 			keys := make([][]byte, 1<<16)
 			for i := range keys {
 				keys[i] = key(nil, int32(rng.IntN(n)))

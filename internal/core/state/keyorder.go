@@ -96,14 +96,9 @@ func sortEqualWords(ws []committedWrite, run, tmp []wordItem, d int) {
 		}
 	}
 	if short > 1 {
-		// Keys are distinct, and these are prefixes of one another:
-		// their lengths differ and order them.
-		s := run[:short]
-		for a := 1; a < len(s); a++ {
-			for b := a; b > 0 && len(ws[s[b].i].key) < len(ws[s[b-1].i].key); b-- {
-				s[b], s[b-1] = s[b-1], s[b]
-			}
-		}
+		// Keys are distinct, and these are prefixes of one another (at
+		// most 8 of them): compared past d, the shorter comes first.
+		insertionSort(ws, run[:short], d)
 	}
 	if len(run)-short > 1 {
 		sortByWord(ws, run[short:], tmp[short:], d+8)
