@@ -73,8 +73,12 @@ func newStandbyRig(t *testing.T, restore func(k, v []byte, now time.Time, emit f
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	// Small batches: a fetch returns at least one whole batch however small
+	// its byte limit, so with kgo's default (1 MB) a test's records could
+	// all come back in one fetch and no read would be under way long enough
+	// to be interrupted (without -race they did).
 	pc, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("in.changelog"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(4096))
 	if err != nil {
 		t.Fatal(err)
 	}
