@@ -515,9 +515,12 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	for _, r := range recs {
 		key = append(append(key[:0], prefix...), r.Key...)
 		var err error
-		if r.Value == nil {
+		switch {
+		case r.End != nil:
+			err = b.DeleteRange(key, append(append([]byte(nil), prefix...), r.End...), nil)
+		case r.Value == nil:
 			err = b.Delete(key, nil)
-		} else {
+		default:
 			if s.isCached(key) {
 				s.keys.Add(key)
 			}
@@ -543,7 +546,11 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 	s.forget(offsetKey(t))
 	for _, r := range recs {
 		key = append(append(key[:0], prefix...), r.Key...)
-		s.forget(key)
+		if r.End != nil {
+			s.forgetRange(key)
+		} else {
+			s.forget(key)
+		}
 	}
 	return nil
 }
@@ -552,6 +559,17 @@ func (s *Store) Restore(t Task, recs []Record, next int64) (err error) {
 func (s *Store) forget(key []byte) {
 	if s.isCached(key) && s.valueCached(key) {
 		s.cache.committed([]committedWrite{{key: string(key), valued: true, hash: keyHash(key)}}, false)
+	}
+}
+
+// forgetRange drops what the value cache may hold of a range deleted from
+// start on. The ranges deleted are of keys it never holds (dedup entries,
+// which Options.Cached does not select), judged by the start key's kind;
+// for any other range it drops everything, as a cache keyed by hash cannot
+// find a range's keys.
+func (s *Store) forgetRange(start []byte) {
+	if s.isCached(start) && s.valueCached(start) {
+		s.cache.clear()
 	}
 }
 
@@ -585,9 +603,12 @@ func parseTaskPrefix(p []byte) (Task, bool) {
 }
 
 // Record is one changelog entry: a key below a task prefix and its value (nil
-// for a deletion).
+// for a deletion). A Record with End set is a local range deletion instead,
+// of the keys in [Key, End) below the task prefix, as Txn.DeleteRangeLocal
+// stages one (a standby's expiry of dedup entries; no changelog carries it).
 type Record struct {
 	Key, Value []byte
+	End        []byte
 }
 
 func prefixEnd(p []byte) []byte {

@@ -27,6 +27,9 @@ type Txn struct {
 	base    *Txn
 	writes  map[string]staged
 	offsets map[Task]int64
+	// ranges are local range deletions ([start, end) pairs), written
+	// before the staged writes (DeleteRangeLocal).
+	ranges [][2][]byte
 }
 
 type staged struct {
@@ -104,6 +107,16 @@ func (t *Txn) SetLocal(key, val []byte) {
 
 // DeleteLocal stages the deletion of a key written with SetLocal (kept).
 func (t *Txn) DeleteLocal(key []byte) { t.writes[ownedKey(key)] = staged{local: true} }
+
+// DeleteRangeLocal stages the deletion of every key in [start, end) for
+// Pebble only, as one range tombstone: for local state that nobody reads
+// any more (dedup entries past their retention, deleted by the time range
+// they fall in). The txn's reads (Get, Scan) and those of a Txn over it do
+// not see it before it is written; it is written before the staged writes,
+// so a key the txn sets inside the range survives. Kept, as Set keeps them.
+func (t *Txn) DeleteRangeLocal(start, end []byte) {
+	t.ranges = append(t.ranges, [2][]byte{start, end})
+}
 
 // SetLogged stages key=val in Pebble and key=log in the changelog: the
 // changelog record carries what a restore expands (see eos.Config.Restore),
@@ -227,7 +240,7 @@ func (t *Txn) write() (err error) {
 	if err := t.s.writable(); err != nil {
 		return err
 	}
-	if len(t.writes) == 0 && len(t.offsets) == 0 {
+	if len(t.writes) == 0 && len(t.offsets) == 0 && len(t.ranges) == 0 {
 		return nil
 	}
 	if checkKeptKeys {
@@ -261,6 +274,13 @@ func (t *Txn) write() (err error) {
 	}
 	b := t.s.db.NewBatchWithSize(size)
 	defer b.Close()
+	// The range deletions first: a key staged inside one is written after
+	// it, so it survives (a batch's entries apply in order).
+	for _, r := range t.ranges {
+		if err := b.DeleteRange(r[0], r[1], nil); err != nil {
+			return fmt.Errorf("state: commit: %w", err)
+		}
+	}
 	for _, i := range order {
 		w := &ws[i]
 		kb := unsafe.Slice(unsafe.StringData(w.key), len(w.key)) // Batch.Set copies
@@ -286,6 +306,9 @@ func (t *Txn) write() (err error) {
 		return fmt.Errorf("%w: state: commit: %w", ErrFatal, err)
 	}
 	t.s.cache.committed(ws, t.s.cached != nil)
+	for _, r := range t.ranges {
+		t.s.forgetRange(r[0])
+	}
 	t.s.maybeFlush(matched)
 	return nil
 }
@@ -304,7 +327,7 @@ func (s *Store) maybeFlush(now time.Time) {
 }
 
 // Finish empties a written txn (nothing may read through it any more).
-func (t *Txn) Finish() { t.writes, t.offsets = nil, nil }
+func (t *Txn) Finish() { t.writes, t.offsets, t.ranges = nil, nil, nil }
 
 // Scan calls fn, in key order, for every key with prefix as this txn sees it:
 // Pebble overlaid with the staged writes. It is meant for rare, bounded work
