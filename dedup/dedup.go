@@ -13,26 +13,40 @@
 //     was marked: the same id with the same fingerprint is a Duplicate, with
 //     another fingerprint a Conflict, as long as the entry is younger than
 //     the retention.
-//   - One point lookup per check: the key does not depend on time, so a miss
-//     (the common case, a new event) costs one bloom-filtered Get.
+//   - Entries are keyed by time range, then id (decision 020): kind 'e', the
+//     end of the mark time's epoch (retention/8 wide; unix ms, exclusive),
+//     then the id. Marks arrive in time order, so a memtable's entries fall
+//     in one or two epochs and Pebble's compactions never merge them with
+//     older epochs; expiry deletes a whole epoch with one range deletion.
+//   - A check costs no Pebble read when the task's in-memory filter says the
+//     id is new (the common case) or the cache of recent ids knows it;
+//     otherwise one bloom-filtered Get per epoch that may hold live entries
+//     (at most 9–10), newest first, stopping at the first entry found.
+//     Partition.epochs lists the task's epochs: built by the scan that builds
+//     the filter, extended by Mark. An epoch whose entries have all expired
+//     may leave the list at any time (Check would skip it anyway).
 //   - The changelog carries one record per segment, not per id: a segment is
 //     the marks one task made in one transaction (at one mark time, at most
 //     segmentMax ids), keyed by kind 'D', the mark time and the input offset
 //     of its first mark. Pebble keeps a per-id entry (a local write: no
 //     changelog record of its own) and a small marker per segment; Restore
-//     expands a segment record back into its entries. Entries written
-//     before segments existed (one changelog record each) are still read,
-//     restored and swept.
+//     expands a segment record back into its entries.
+//   - Entries of the earlier layouts, kind 'd' keyed by id alone (written
+//     before epochs; those written before segments also have a changelog
+//     record each), are still read, restored and swept: a check asks for
+//     one when the task's last scan found any.
 //   - bounded-transaction: expiry is a sweep, in bounded chunks so that no
-//     transaction grows large, through the staged transaction: it deletes
-//     expired entries locally and tombstones expired segments (their markers
-//     are in mark time order), so compaction reclaims them in the changelog
-//     too. Until an entry is swept it is simply ignored by Check; on restore
-//     an expired entry is dropped, and an expired segment restores to its
-//     marker alone (which the sweep then tombstones).
+//     transaction grows large, through the staged transaction: it
+//     tombstones expired segments (their markers are in mark time order),
+//     so compaction reclaims them in the changelog too, deletes each epoch
+//     whose entries have all expired with one local range deletion, and
+//     deletes expired entries of the earlier layouts one by one. Until an
+//     entry is swept it is simply ignored by Check; on restore an expired
+//     entry is dropped, and an expired segment restores to its marker alone
+//     (which the sweep then tombstones).
 //   - A standby replica (docs/decisions/017) never sweeps: a segment's
 //     tombstone reaches its store without the segment's entries, so the
-//     standby deletes expired segment entries itself, locally
+//     standby deletes expired epochs and segment entries itself, locally
 //     (Store.SweepLocal). It leaves the markers and the pre-segment
 //     entries, whose tombstones only the owner produces.
 //   - staged-writes-only: the store reads and writes through a staged
@@ -48,7 +62,12 @@ import (
 	"time"
 )
 
-// Kind is the key kind byte of dedup entries.
+// EpochKind is the key kind byte of dedup entries: the epoch's end, then
+// the id.
+const EpochKind = 'e'
+
+// Kind is the key kind byte of dedup entries of the earlier layouts, keyed
+// by id alone (read, restored and swept; no longer written).
 const Kind = 'd'
 
 // SegmentKind is the key kind byte of dedup segments.
@@ -141,14 +160,45 @@ func MakeID(tenant, eventID string) ID {
 	return id
 }
 
-// Prefix is the key prefix of the task's dedup entries.
+// Prefix is the key prefix of the task's dedup entries of the earlier
+// layouts (kind 'd').
 func Prefix(taskPrefix []byte) []byte { return append(append([]byte(nil), taskPrefix...), Kind) }
+
+// EpochPrefix is the key prefix of the task's dedup entries (kind 'e').
+func EpochPrefix(taskPrefix []byte) []byte {
+	return append(append([]byte(nil), taskPrefix...), EpochKind)
+}
+
+// epochEntryLen is the length of an entry's key below the task prefix.
+const epochEntryLen = 1 + 8 + len(ID{})
+
+// epochWidth is how much mark time one epoch spans, in ms: retention/8, so
+// that at most nine or ten epochs hold live entries.
+func (s *Store) epochWidth() int64 { return max(s.retention.Milliseconds()/8, 1) }
+
+// epochEnd is the end (exclusive) of the epoch a mark made at unix ms at
+// falls in.
+func (s *Store) epochEnd(at int64) int64 {
+	w := s.epochWidth()
+	return (at/w + 1) * w
+}
+
+// appendEpochKey appends the key of the task's entry for id in the epoch
+// ending at end.
+func appendEpochKey(dst, taskPrefix []byte, end int64, id ID) []byte {
+	dst = append(dst, taskPrefix...)
+	dst = append(dst, EpochKind)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(end))
+	return append(dst, id[:]...)
+}
 
 // segmentPrefix is the key prefix of the task's segment markers.
 func segmentPrefix(taskPrefix []byte) []byte {
 	return append(append(make([]byte, 0, len(taskPrefix)+segmentKeyLen), taskPrefix...), SegmentKind)
 }
 
+// appendKey appends the key of the task's entry for id in the earlier
+// layouts.
 func appendKey(dst, taskPrefix []byte, id ID) []byte {
 	dst = append(dst, taskPrefix...)
 	dst = append(dst, Kind)
@@ -225,9 +275,9 @@ func (m *Marks) eachStaged(fn func(id ID, fp []byte, at int64)) {
 }
 
 // Restore is the restore expansion of dedup's changelog records
-// (eos.Config.Restore): a segment becomes its marker and entries (an expired
-// one its marker only), expired entries are dropped, anything else passes
-// through as it is.
+// (eos.Config.Restore): a segment becomes its marker and entries under their
+// epoch (an expired one its marker only), expired entries of the pre-segment
+// layout are dropped, anything else passes through as it is.
 // It fails only on a corrupt segment or entry: one Check or the sweep could
 // not read (docs/contract.md#corrupt-changelog-records).
 func (s *Store) Restore(key, value []byte, now time.Time, emit func(key, value []byte)) error {
@@ -240,6 +290,9 @@ func (s *Store) Restore(key, value []byte, now time.Time, emit func(key, value [
 		return fmt.Errorf("%w: entry %x (%d bytes)", ErrCorrupt, key, len(value))
 	case key[0] == Kind && !s.live(value, now):
 		// An expired entry of the pre-segment layout.
+	case key[0] == EpochKind:
+		// Entries under their epoch are local writes: no changelog carries one.
+		return fmt.Errorf("%w: epoch entry %x in a changelog", ErrCorrupt, key)
 	case key[0] == SegmentKind:
 		return s.expand(key, value, now, emit)
 	default:
@@ -261,13 +314,12 @@ func (s *Store) expand(key, value []byte, now time.Time, emit func(key, value []
 	if !s.liveAt(at, now) {
 		return nil
 	}
-	const kl = 1 + len(ID{})
+	const kl = epochEntryLen
+	end := s.epochEnd(at)
 	buf := make([]byte, n*(kl+segmentEntryLen)) // one allocation for all entries
 	for i := range n {
 		item := value[1+i*segmentItem:][:segmentItem]
-		k := buf[:kl:kl]
-		k[0] = Kind
-		copy(k[1:], item[:len(ID{})])
+		k := appendEpochKey(buf[:0:kl], nil, end, ID(item[:len(ID{})]))
 		v := buf[kl : kl+segmentEntryLen : kl+segmentEntryLen]
 		putEntry(v, item[len(ID{}):], at)
 		buf = buf[kl+segmentEntryLen:]

@@ -43,7 +43,9 @@ func benchFP(n int) (fp [32]byte) {
 }
 
 // loadFixture opens (once per process) a Pebble store holding benchStored
-// dedup entries, committed in transaction-sized batches like the processor.
+// dedup entries, committed in transaction-sized batches like the processor,
+// their mark times spread evenly over the retention up to benchNow (a
+// worker's steady state: every epoch that may hold live entries has some).
 func loadFixture(b *testing.B) *dedupFixture {
 	b.Helper()
 	fixtureOnce.Do(func() {
@@ -58,14 +60,16 @@ func loadFixture(b *testing.B) *dedupFixture {
 			fixture.err = err
 			return
 		}
-		fixture.st, fixture.d = st, dedup.NewStore(168*time.Hour)
+		const retention = 168 * time.Hour
+		fixture.st, fixture.d = st, dedup.NewStore(retention)
 		fixture.prefix = state.Task{Topic: "case-events", Partition: 0}.Prefix()
+		pt := fixture.d.PartitionOver(fixture.prefix, nil, nil)
 		for i := 0; i < benchStored; i += 10_000 {
 			txn := st.NewTxn()
 			var m dedup.Marks
-			pt := fixture.d.PartitionOver(fixture.prefix, nil, nil)
+			at := benchNow.Add(-retention + time.Duration(i)*(retention/benchStored))
 			for j := i; j < i+10_000; j++ {
-				pt.Mark(txn, &m, int64(j), benchID(2*j), benchFP(2*j), benchNow)
+				pt.Mark(txn, &m, int64(j), benchID(2*j), benchFP(2*j), at)
 			}
 			pt.Stage(txn, &m)
 			if fixture.err = txn.Commit(); fixture.err != nil {
@@ -77,6 +81,23 @@ func loadFixture(b *testing.B) *dedupFixture {
 		b.Fatal(fixture.err)
 	}
 	return &fixture
+}
+
+// partition is the fixture task's dedup partition as a restore leaves it
+// (its filter, when filtered, and its epochs built from the store), without
+// a cache of recent ids, so that every duplicate reads the store.
+func (f *dedupFixture) partition(b *testing.B, filtered bool) *dedup.Partition {
+	var pt *dedup.Partition
+	var err error
+	if filtered {
+		pt, err = f.d.NewPartition(f.st.Scan, f.prefix, 0, benchNow)
+	} else {
+		pt, err = f.d.PartitionRead(f.st.Scan, f.prefix)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pt
 }
 
 // BenchmarkDedupCheck is the per-event dedup lookup on a store with a million
@@ -91,14 +112,7 @@ func BenchmarkDedupCheckFiltered(b *testing.B) { benchCheck(b, true) }
 
 func benchCheck(b *testing.B, filtered bool) {
 	f := loadFixture(b)
-	var filter *dedup.Filter
-	if filtered {
-		var err error
-		if filter, err = dedup.BuildFilter(f.st.Scan, f.prefix); err != nil {
-			b.Fatal(err)
-		}
-	}
-	pt := f.d.PartitionOver(f.prefix, filter, nil)
+	pt := f.partition(b, filtered)
 	const probes = 100_000
 	ids := make([]dedup.ID, probes)
 	fps := make([][32]byte, probes)
@@ -146,14 +160,7 @@ var markNext int
 
 func benchCheckMark(b *testing.B, filtered bool) {
 	f := loadFixture(b)
-	var filter *dedup.Filter
-	if filtered {
-		var err error
-		if filter, err = dedup.BuildFilter(f.st.Scan, f.prefix); err != nil {
-			b.Fatal(err)
-		}
-	}
-	pt := f.d.PartitionOver(f.prefix, filter, nil)
+	pt := f.partition(b, filtered)
 	const txnSize = 5000
 	ids := make([]dedup.ID, txnSize)
 	fps := make([][32]byte, txnSize)

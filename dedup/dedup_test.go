@@ -35,16 +35,17 @@ func TestVerdicts(t *testing.T) {
 	txn := st.NewTxn()
 	fp1, fp2 := [32]byte{1}, [32]byte{2}
 	id := dedup.MakeID("", "e1")
+	p := d.PartitionOver(prefix, nil, nil)
 	check := func(id dedup.ID, fp [32]byte, at time.Time, want dedup.Verdict) {
 		t.Helper()
-		got, err := d.PartitionOver(prefix, nil, nil).Check(txn, id, fp, at)
+		got, err := p.Check(txn, id, fp, at)
 		if err != nil || got != want {
 			t.Fatalf("got %s (%v), want %s", got, err, want)
 		}
 	}
 	check(id, fp1, now, dedup.New)
 	var m dedup.Marks
-	d.PartitionOver(prefix, nil, nil).Mark(txn, &m, 0, id, fp1, now)
+	p.Mark(txn, &m, 0, id, fp1, now)
 	check(id, fp1, now, dedup.Duplicate)
 	check(id, fp2, now, dedup.Conflict)
 	check(dedup.MakeID("tenant-a", "e1"), fp2, now, dedup.New) // another tenant's e1
@@ -64,21 +65,22 @@ func TestAbortedMarkLeavesNothing(t *testing.T) {
 	d := dedup.NewStore(time.Hour)
 	now := time.Now()
 	id := dedup.MakeID("", "e1")
+	p := d.PartitionOver(prefix, nil, nil)
 	aborted := st.NewTxn()
 	var m dedup.Marks
-	d.PartitionOver(prefix, nil, nil).Mark(aborted, &m, 0, id, [32]byte{1}, now)
-	d.PartitionOver(prefix, nil, nil).Stage(aborted, &m)
+	p.Mark(aborted, &m, 0, id, [32]byte{1}, now)
+	p.Stage(aborted, &m)
 	fresh := st.NewTxn()
-	if v, _ := d.PartitionOver(prefix, nil, nil).Check(fresh, id, [32]byte{1}, now); v != dedup.New {
+	if v, _ := p.Check(fresh, id, [32]byte{1}, now); v != dedup.New {
 		t.Fatalf("verdict %s after an uncommitted mark, want new", v)
 	}
 	committed := st.NewTxn()
-	d.PartitionOver(prefix, nil, nil).Mark(committed, &m, 0, id, [32]byte{1}, now)
-	d.PartitionOver(prefix, nil, nil).Stage(committed, &m)
+	p.Mark(committed, &m, 0, id, [32]byte{1}, now)
+	p.Stage(committed, &m)
 	if err := committed.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := d.PartitionOver(prefix, nil, nil).Check(st.NewTxn(), id, [32]byte{1}, now); v != dedup.Duplicate {
+	if v, _ := p.Check(st.NewTxn(), id, [32]byte{1}, now); v != dedup.Duplicate {
 		t.Fatalf("verdict %s after a committed mark, want duplicate", v)
 	}
 }
@@ -146,10 +148,14 @@ func TestSegments(t *testing.T) {
 	if got := restore(t, fresh, d, recs, now.Add(time.Minute)); got != n+2 {
 		t.Fatalf("restore wrote %d keys, want %d (%d entries and 2 markers)", got, n+2, n)
 	}
+	p, err := d.PartitionRead(fresh.Scan, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, i := range []int{0, 1, 2047, 2048, n - 1} {
 		id, fp := dedup.MakeID("", fmt.Sprint("e", i)), [32]byte{byte(i), byte(i >> 8)}
 		for fp2, want := range map[[32]byte]dedup.Verdict{fp: dedup.Duplicate, {0xff}: dedup.Conflict} {
-			if v, err := d.PartitionOver(prefix, nil, nil).Check(fresh.NewTxn(), id, fp2, now.Add(time.Minute)); err != nil || v != want {
+			if v, err := p.Check(fresh.NewTxn(), id, fp2, now.Add(time.Minute)); err != nil || v != want {
 				t.Fatalf("e%d after restore: %s (%v), want %s", i, v, err, want)
 			}
 		}
@@ -196,27 +202,46 @@ func TestRestoreDropsExpired(t *testing.T) {
 	if !errors.Is(err, dedup.ErrCorrupt) {
 		t.Fatalf("truncated segment: %v, want ErrCorrupt", err)
 	}
+	// An entry under its epoch is a local write: no changelog carries one.
+	err = d.Restore(append([]byte{dedup.EpochKind}, make([]byte, 24)...), legacy.val, now, func(_, _ []byte) {})
+	if !errors.Is(err, dedup.ErrCorrupt) {
+		t.Fatalf("epoch entry in a changelog: %v, want ErrCorrupt", err)
+	}
 }
 
 // TestSweepDeletesExpiredInChunks: a sweep pass tombstones exactly the
-// expired segments (changelog tombstones), deletes the expired entries
-// locally (their segment's tombstone covers them) – but an expired entry of
-// the pre-segment layout with a tombstone of its own –, a bounded chunk at a
-// time, and waits retention/8 before the next pass.
+// expired segments (changelog tombstones), deletes each epoch whose entries
+// have all expired with one local range deletion (their segments'
+// tombstones cover them), and deletes the expired entries of the earlier
+// layout one by one – with a changelog tombstone for one of the
+// pre-segment layout –, a bounded chunk at a time, and waits retention/8
+// before the next pass. An epoch still holding a live entry stays whole:
+// Check ignores its expired ones.
 func TestSweepDeletesExpiredInChunks(t *testing.T) {
-	d := dedup.NewStore(time.Hour)
-	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+	d := dedup.NewStore(time.Hour) // epochs of 7.5 minutes, from the hour
+	now := time.Date(2026, 6, 28, 10, 1, 0, 0, time.UTC)
 	st := store(t)
-	for s := range 4 { // expired: 4 segments of 5
-		markAll(t, st, d, 5*s, 5, now.Add(-2*time.Hour+time.Duration(s)*time.Minute))
+	at := func(h, m, s int) time.Time { return time.Date(2026, 6, 28, h, m, s, 0, time.UTC) }
+	for s, mark := range []time.Time{
+		at(8, 0, 0), at(8, 4, 0), // expired, epoch [8:00, 8:07:30)
+		at(8, 8, 0),  // expired, epoch [8:07:30, 8:15)
+		at(9, 0, 30), // expired, in epoch [9:00, 9:07:30) with a live segment
+	} {
+		markAll(t, st, d, 5*s, 5, mark)
 	}
-	markAll(t, st, d, 20, 5, now) // live
-	// Entries of the pre-segment layout: their own changelog records.
+	markAll(t, st, d, 20, 5, at(9, 5, 0)) // live
+	markAll(t, st, d, 25, 5, now)         // live
+	// Entries of the earlier layouts, keyed by id alone: of the pre-segment
+	// layout (a changelog record of their own) and restored from a segment
+	// (one byte longer, local).
 	txn := st.NewTxn()
 	for name, at := range map[string]time.Time{"old": now.Add(-2 * time.Hour), "new": now} {
 		id := dedup.MakeID("", name)
 		key := append(dedup.Prefix(prefix), id[:]...)
 		txn.Set(key, binary.BigEndian.AppendUint64(make([]byte, 32), uint64(at.UnixMilli())))
+		id = dedup.MakeID("", "seg-"+name)
+		key = append(dedup.Prefix(prefix), id[:]...)
+		txn.SetLocal(key, append(binary.BigEndian.AppendUint64(make([]byte, 32), uint64(at.UnixMilli())), 1))
 	}
 	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
@@ -247,8 +272,8 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 			t.Fatal("sweep does not finish")
 		}
 	}
-	if total != 4+20+1 || tombstones != 4+1 {
-		t.Fatalf("deleted %d with %d changelog tombstones, want 25 with 5 (4 segments, 1 old-layout entry)", total, tombstones)
+	if total != 4+2+2 || tombstones != 4+1 {
+		t.Fatalf("made %d deletions with %d changelog tombstones, want 8 with 5 (4 segments, 2 epochs, 2 old-layout entries of which 1 with its tombstone)", total, tombstones)
 	}
 	if n, _ := sw.Sweep(st.NewTxn(), now.Add(time.Minute), 3); n != 0 {
 		t.Fatal("a new pass started before retention/8")
@@ -257,18 +282,24 @@ func TestSweepDeletesExpiredInChunks(t *testing.T) {
 	if err := st.Scan(prefix, func(k, _ []byte) error { keys[k[len(prefix)]]++; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if keys[dedup.Kind] != 5+1 || keys[dedup.SegmentKind] != 1 {
-		t.Fatalf("left %d entries and %d segments, want 6 and 1", keys[dedup.Kind], keys[dedup.SegmentKind])
+	if keys[dedup.EpochKind] != 15 || keys[dedup.Kind] != 2 || keys[dedup.SegmentKind] != 2 {
+		t.Fatalf("left %d entries, %d of the earlier layouts and %d segments, want 15, 2 and 2",
+			keys[dedup.EpochKind], keys[dedup.Kind], keys[dedup.SegmentKind])
 	}
-	for _, name := range []string{"e20", "e24", "new"} {
+	p, err := d.PartitionRead(st.Scan, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]dedup.Verdict{"e15": dedup.New, "e20": dedup.Duplicate, "e29": dedup.Duplicate,
+		"new": dedup.Duplicate, "seg-new": dedup.Duplicate} {
 		i := 0
 		fmt.Sscanf(name, "e%d", &i)
 		fp := [32]byte{byte(i), byte(i >> 8)}
-		if name == "new" {
+		if name[0] != 'e' {
 			fp = [32]byte{}
 		}
-		if v, _ := d.PartitionOver(prefix, nil, nil).Check(st.NewTxn(), dedup.MakeID("", name), fp, now); v != dedup.Duplicate {
-			t.Fatalf("live entry %s was swept (%s)", name, v)
+		if v, _ := p.Check(st.NewTxn(), dedup.MakeID("", name), fp, now); v != want {
+			t.Fatalf("%s after the sweep: %s, want %s", name, v, want)
 		}
 	}
 }
@@ -317,5 +348,72 @@ func TestSweepTombstonesRestoredExpiredSegment(t *testing.T) {
 	got := changelog(txn)
 	if len(got) != 1 || got[0].val != nil || string(got[0].key) != string(recs[0].key) {
 		t.Fatalf("sweep staged %d changelog records, want the segment's tombstone", len(got))
+	}
+}
+
+// TestCheckFindsEveryEpoch: a mark is found in whichever epoch it fell –
+// by the partition that marked it and by one that only read the store –
+// including one a clock that stepped back put before the newest; an epoch
+// whose entries have all expired leaves the list; an entry of the earlier
+// layout, keyed by id alone, is found once a scan has seen one.
+func TestCheckFindsEveryEpoch(t *testing.T) {
+	st := store(t)
+	d := dedup.NewStore(time.Hour) // epochs of 7.5 minutes, from the hour
+	at := func(m int) time.Time { return time.Date(2026, 6, 28, 10, m, 0, 0, time.UTC) }
+	p := d.PartitionOver(prefix, nil, nil)
+	mark := func(name string, now time.Time) {
+		t.Helper()
+		txn := st.NewTxn()
+		var m dedup.Marks
+		p.Mark(txn, &m, 0, dedup.MakeID("", name), [32]byte{1}, now)
+		p.Stage(txn, &m)
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(p *dedup.Partition, name string, now time.Time, want dedup.Verdict) {
+		t.Helper()
+		if v, err := p.Check(st.NewTxn(), dedup.MakeID("", name), [32]byte{1}, now); err != nil || v != want {
+			t.Fatalf("%s at %s: %s (%v), want %s", name, now.Format("15:04"), v, err, want)
+		}
+	}
+	mark("a", at(0))
+	mark("b", at(20))
+	mark("c", at(40))
+	mark("d", at(10)) // the clock stepped back
+	ms := func(m, s int) int64 { return time.Date(2026, 6, 28, 10, m, s, 0, time.UTC).UnixMilli() }
+	if got, want := fmt.Sprint(p.Epochs()), fmt.Sprint([]int64{ms(7, 30), ms(15, 0), ms(22, 30), ms(45, 0)}); got != want {
+		t.Fatalf("epochs %s, want %s", got, want)
+	}
+	read, err := d.PartitionRead(st.Scan, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*dedup.Partition{p, read} {
+		for _, name := range []string{"a", "b", "c", "d"} {
+			check(q, name, at(45), dedup.Duplicate)
+		}
+		check(q, "e", at(45), dedup.New)
+	}
+	// At 11:10, a's epoch (10:00–10:07:30) has expired, d's (to 10:15) not.
+	check(p, "a", at(70), dedup.New)
+	check(p, "d", at(70), dedup.Duplicate)
+	mark("f", at(70))
+	if got, want := fmt.Sprint(p.Epochs()), fmt.Sprint([]int64{ms(15, 0), ms(22, 30), ms(45, 0), ms(75, 0)}); got != want {
+		t.Fatalf("epochs after a mark at 11:10: %s, want %s (the expired one dropped)", got, want)
+	}
+	// An entry of the earlier layout.
+	txn := st.NewTxn()
+	id := dedup.MakeID("", "old")
+	txn.SetLocal(append(dedup.Prefix(prefix), id[:]...), append(binary.BigEndian.AppendUint64(append(make([]byte, 0, 41), make([]byte, 32)...), uint64(at(30).UnixMilli())), 1))
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	read, err = d.PartitionRead(st.Scan, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := read.Check(st.NewTxn(), id, [32]byte{}, at(45)); err != nil || v != dedup.Duplicate {
+		t.Fatalf("an entry of the earlier layout: %s (%v), want duplicate", v, err)
 	}
 }

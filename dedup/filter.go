@@ -74,23 +74,60 @@ func (f *Filter) MayContain(id ID) bool {
 func (f *Filter) Full() bool { return f.n*bitsPerID > len(f.bits)*64 }
 
 // BuildFilter builds a filter over every entry stored for the task.
-func BuildFilter(scan func(prefix []byte, fn func(k, v []byte) error) error, taskPrefix []byte) (*Filter, error) {
-	prefix := Prefix(taskPrefix)
-	var ids []ID
-	err := scan(prefix, func(k, _ []byte) error {
-		if len(k) == len(prefix)+len(ID{}) {
-			var id ID
-			copy(id[:], k[len(prefix):])
-			ids = append(ids, id)
+func BuildFilter(scan ScanFunc, taskPrefix []byte) (*Filter, error) {
+	sc, err := scanEntries(scan, taskPrefix)
+	if err != nil {
+		return nil, err
+	}
+	return sc.filter(), nil
+}
+
+// entryScan is what a scan of a task's entries found: their ids, the
+// epochs they fall in (ascending) and whether any is of the earlier
+// layouts.
+type entryScan struct {
+	ids    []ID
+	epochs []int64
+	legacy bool
+}
+
+// filter is a filter over the scan's ids.
+func (sc *entryScan) filter() *Filter {
+	f := NewFilter(len(sc.ids))
+	for _, id := range sc.ids {
+		f.Add(id)
+	}
+	return f
+}
+
+// scanEntries reads every entry stored for the task, of both layouts.
+func scanEntries(scan ScanFunc, taskPrefix []byte) (entryScan, error) {
+	var sc entryScan
+	legacy := Prefix(taskPrefix)
+	err := scan(legacy, func(k, _ []byte) error {
+		if len(k) == len(legacy)+len(ID{}) {
+			sc.ids = append(sc.ids, ID(k[len(legacy):]))
+			sc.legacy = true
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return entryScan{}, err
 	}
-	f := NewFilter(len(ids))
-	for _, id := range ids {
-		f.Add(id)
+	prefix := EpochPrefix(taskPrefix)
+	err = scan(prefix, func(k, _ []byte) error {
+		if len(k) != len(taskPrefix)+epochEntryLen {
+			return nil
+		}
+		end := int64(binary.BigEndian.Uint64(k[len(prefix):]))
+		if n := len(sc.epochs); n == 0 || sc.epochs[n-1] != end {
+			sc.epochs = append(sc.epochs, end)
+		}
+		sc.ids = append(sc.ids, ID(k[len(prefix)+8:]))
+		return nil
+	})
+	if err != nil {
+		return entryScan{}, err
 	}
-	return f, nil
+	return sc, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -24,17 +25,25 @@ type Partition struct {
 	filter *Filter  // ids marked in this task (superset: may include aborted marks)
 	recent *Recent  // committed marks, most recent (Committed adds)
 	sweep  *sweeper // the expiry pass over the task's entries
+	// epochs are the ends of the epochs that may hold the task's entries,
+	// ascending: those the last scan found and those Mark wrote to since
+	// (superset: an aborted mark's epoch may be empty). Check asks each
+	// that may still hold a live entry.
+	epochs []int64
+	// legacy is set when the last scan found entries of the earlier
+	// layouts (kind 'd'): Check asks for one too.
+	legacy bool
 }
 
 // NewPartition returns the dedup state of the task under prefix: its filter
 // built from what scan reads, a front cache of recentIDs committed ids, and
 // a sweeper whose first pass starts one period after now.
 func (s *Store) NewPartition(scan ScanFunc, prefix []byte, recentIDs int, now time.Time) (*Partition, error) {
-	f, err := BuildFilter(scan, prefix)
-	if err != nil {
+	p := &Partition{store: s, prefix: prefix, recent: NewRecent(recentIDs), sweep: s.newSweeper(now)}
+	if err := p.RebuildFilter(scan); err != nil {
 		return nil, err
 	}
-	return &Partition{store: s, prefix: prefix, filter: f, recent: NewRecent(recentIDs), sweep: s.newSweeper(now)}, nil
+	return p, nil
 }
 
 // Restored updates p after its task's state was restored again: when the
@@ -64,9 +73,7 @@ func (p *Partition) Check(kv KV, id ID, fp [32]byte, now time.Time) (Verdict, er
 		return v, nil
 	}
 	kb := keyBufs.Get().(*[]byte)
-	key := appendKey((*kb)[:0], p.prefix, id)
-	v, ok, err := kv.Get(key)
-	*kb = key[:0]
+	v, ok, err := p.lookup(kv, kb, id, now)
 	keyBufs.Put(kb)
 	if err != nil {
 		return New, fmt.Errorf("dedup: check: %w", err)
@@ -86,15 +93,67 @@ func (p *Partition) Check(kv KV, id ID, fp [32]byte, now time.Time) (Verdict, er
 	return Conflict, nil
 }
 
+// lookup reads id's entry from kv: in each epoch that may hold a live one,
+// newest first (a redelivery is most often of a recent event), then, if the
+// task has any, among the entries of the earlier layouts. kb is the key's
+// buffer.
+func (p *Partition) lookup(kv KV, kb *[]byte, id ID, now time.Time) ([]byte, bool, error) {
+	for i := len(p.epochs) - 1; i >= 0; i-- {
+		end := p.epochs[i]
+		if !p.store.liveAt(end-1, now) {
+			break // this epoch's entries have all expired, and the older ones'
+		}
+		key := appendEpochKey((*kb)[:0], p.prefix, end, id)
+		v, ok, err := kv.Get(key)
+		*kb = key[:0]
+		if ok || err != nil {
+			return v, ok, err
+		}
+	}
+	if !p.legacy {
+		return nil, false, nil
+	}
+	key := appendKey((*kb)[:0], p.prefix, id)
+	v, ok, err := kv.Get(key)
+	*kb = key[:0]
+	return v, ok, err
+}
+
+// addEpoch lists the epoch ending at end, marked in at now, and drops the
+// epochs whose entries have all expired by now.
+func (p *Partition) addEpoch(end int64, now time.Time) {
+	n := len(p.epochs)
+	if n > 0 && p.epochs[n-1] == end {
+		return // the common case: the newest epoch
+	}
+	i, found := slices.BinarySearch(p.epochs, end)
+	if !found {
+		p.epochs = slices.Insert(p.epochs, i, end)
+	}
+	p.pruneEpochs(now)
+}
+
+// pruneEpochs drops from the list the epochs whose entries have all expired
+// by now (their deletion is the sweep's).
+func (p *Partition) pruneEpochs(now time.Time) {
+	i := 0
+	for i < len(p.epochs) && !p.store.liveAt(p.epochs[i]-1, now) {
+		i++
+	}
+	p.epochs = slices.Delete(p.epochs, 0, i)
+}
+
 // Mark records id with its fingerprint at now in kv and the filter: an
-// entry in Pebble, and an item of the segment m builds for the changelog
-// (the transaction's marks of the task). offset is the input record's
-// offset.
+// entry in Pebble under now's epoch, and an item of the segment m builds
+// for the changelog (the transaction's marks of the task). offset is the
+// input record's offset.
 func (p *Partition) Mark(kv KV, m *Marks, offset int64, id ID, fp [32]byte, now time.Time) {
 	if p.filter != nil {
 		p.filter.Add(id)
 	}
 	at := now.UnixMilli()
+	end := p.store.epochEnd(at)
+	p.addEpoch(end, now)
 	if m.n > 0 && (m.at != at || m.n == segmentMax) {
 		p.Stage(kv, m)
 	}
@@ -105,9 +164,9 @@ func (p *Partition) Mark(kv KV, m *Marks, offset int64, id ID, fp [32]byte, now 
 	m.buf = append(append(m.buf, id[:]...), fp[:]...)
 	m.n++
 	// One allocation for both: KV.SetLocal keeps the key and the value.
-	n := len(p.prefix) + 1 + len(id)
+	n := len(p.prefix) + epochEntryLen
 	buf := make([]byte, n+segmentEntryLen)
-	k := appendKey(buf[:0:n], p.prefix, id)
+	k := appendEpochKey(buf[:0:n], p.prefix, end, id)
 	putEntry(buf[n:], fp[:], at)
 	kv.SetLocal(k, buf[n:])
 }
@@ -133,12 +192,13 @@ func (p *Partition) Committed(m *Marks) { p.recent.AddStaged(m) }
 // RebuildFilter should rebuild it before the next transaction marks more.
 func (p *Partition) FilterFull() bool { return p.filter.Full() }
 
-// RebuildFilter rebuilds the filter, larger, from what scan reads.
+// RebuildFilter rebuilds the filter, larger, and the list of epochs from
+// what scan reads. On error p is unchanged.
 func (p *Partition) RebuildFilter(scan ScanFunc) error {
-	f, err := BuildFilter(scan, p.prefix)
+	sc, err := scanEntries(scan, p.prefix)
 	if err != nil {
 		return err
 	}
-	p.filter = f
+	p.filter, p.epochs, p.legacy = sc.filter(), sc.epochs, sc.legacy
 	return nil
 }

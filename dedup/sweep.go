@@ -27,10 +27,12 @@ func (sw *sweeper) due(now time.Time) bool { return sw.cursor != nil || !now.Bef
 func (p *Partition) SweepDue(now time.Time) bool { return p.sweep.due(now) }
 
 // LocalKV is what a local expiry (SweepLocal) needs: a scan and local
-// deletions, nothing that reaches the changelog. DeleteLocal keeps its key.
+// deletions, of a key or of a range of keys, nothing that reaches the
+// changelog. DeleteLocal and DeleteRangeLocal keep their keys.
 type LocalKV interface {
 	ScanFrom(prefix, from []byte, fn func(key, value []byte) error) error
 	DeleteLocal(key []byte)
+	DeleteRangeLocal(start, end []byte)
 }
 
 // SweepKV is what a sweep needs: a scan that sees the staged overlay,
@@ -45,9 +47,11 @@ var errChunk = errors.New("dedup: chunk done")
 
 // Sweep runs one chunk of the expiry pass over the task's entries when one is
 // due (a pass starts every retention/8 and continues chunk by chunk). A pass
-// first tombstones the expired segments, then deletes the expired entries.
-// It examines at most examine keys, deletes the expired ones through kv and
-// returns how many it deleted.
+// first tombstones the expired segments, then deletes the expired entries of
+// the earlier layouts, then the epochs whose entries have all expired, one
+// range deletion each. It examines at most examine keys (the epochs, a
+// seek each, are not counted: there are one or two per pass), deletes the
+// expired ones through kv and returns how many deletions it staged.
 func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 	s, sw, taskPrefix := p.store, p.sweep, p.prefix
 	if !sw.due(now) {
@@ -73,6 +77,12 @@ func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 	}
 	sw.cursor = next
 	if next == nil {
+		n, err := s.sweepEpochs(kv, taskPrefix, now)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
+		p.pruneEpochs(now)
 		sw.next = now.Add(s.SweepPeriod())
 	}
 	return deleted, nil
@@ -88,13 +98,50 @@ func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 // produces, and never touches a segment marker: only the owner may
 // tombstone one, and a standby that dropped a marker and then took the task
 // over would never tombstone that segment in the changelog.
+// The epochs whose entries have all expired go last, a range deletion each.
 // It returns where the pass continues (nil: it is done) and how many
-// entries it deleted.
+// deletions it made.
 func (s *Store) SweepLocal(kv LocalKV, taskPrefix, from []byte, now time.Time, examine int) (next []byte, deleted int, err error) {
 	if from == nil {
 		from = Prefix(taskPrefix)
 	}
-	return s.sweepEntries(kv, taskPrefix, from, now, examine, nil)
+	next, deleted, err = s.sweepEntries(kv, taskPrefix, from, now, examine, nil)
+	if err != nil || next != nil {
+		return next, deleted, err
+	}
+	n, err := s.sweepEpochs(kv, taskPrefix, now)
+	return nil, deleted + n, err
+}
+
+// sweepEpochs deletes, with one local range deletion each, the task's
+// epochs whose entries have all expired by now (an epoch ends before its
+// last mark's time is out of the retention), oldest first: a seek per
+// epoch, stopping at the first that may hold a live entry. A range deleted
+// in a transaction that aborted is found again by the next pass.
+func (s *Store) sweepEpochs(kv LocalKV, taskPrefix []byte, now time.Time) (int, error) {
+	prefix := EpochPrefix(taskPrefix)
+	from, deleted := prefix, 0
+	for {
+		var end int64
+		found := false
+		err := kv.ScanFrom(prefix, from, func(k, _ []byte) error {
+			if len(k) != len(taskPrefix)+epochEntryLen {
+				return nil // not an entry (nothing else writes here): skip it
+			}
+			end, found = int64(binary.BigEndian.Uint64(k[len(prefix):])), true
+			return errChunk
+		})
+		if err != nil && !errors.Is(err, errChunk) {
+			return deleted, err
+		}
+		if !found || s.liveAt(end-1, now) {
+			return deleted, nil // epochs are in time order: the rest are live
+		}
+		from = binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(end)+1)
+		start := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(end))
+		kv.DeleteRangeLocal(start, from)
+		deleted++
+	}
 }
 
 // sweepEntries examines at most examine of the task's entries from from and

@@ -84,8 +84,8 @@ func (s *standbyTidy) tidy(t state.Task, now time.Time) error {
 
 // localDeletes is the dedup.LocalKV of a tidy chunk: it scans the store
 // (through an empty Txn, which reads Pebble as it stands) and collects the
-// deletions as tombstones for state.Store.Restore, keys below the task
-// prefix (skip bytes).
+// deletions, of keys and of ranges, for state.Store.Restore, keys below the
+// task prefix (skip bytes).
 type localDeletes struct {
 	scan *state.Txn
 	skip int
@@ -99,4 +99,10 @@ func (l *localDeletes) ScanFrom(prefix, from []byte, fn func(key, value []byte) 
 // DeleteLocal keeps key (a copy SweepLocal made) for the chunk's batch.
 func (l *localDeletes) DeleteLocal(key []byte) {
 	l.recs = append(l.recs, state.Record{Key: key[l.skip:]})
+}
+
+// DeleteRangeLocal keeps the range (copies SweepLocal made) for the chunk's
+// batch.
+func (l *localDeletes) DeleteRangeLocal(start, end []byte) {
+	l.recs = append(l.recs, state.Record{Key: start[l.skip:], End: end[l.skip:]})
 }

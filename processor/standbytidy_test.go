@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -12,26 +13,34 @@ import (
 // TestStandbyTidyDueTimes: the standby's dedup tidy starts a task's first
 // pass at its first call, runs a pass one chunk per call, starts the next
 // one no earlier than SweepPeriod after the last ended, and deletes only
-// expired segment entries (markers stay), leaving the task's changelog
-// offset as it was. A task never restored here is left alone. The clock is
-// the now each call passes.
+// expired entries – an expired epoch's with one range deletion, those of
+// the earlier layout one by one – (markers stay), leaving the task's
+// changelog offset as it was. A task never restored here is left alone.
+// The clock is the now each call passes.
 func TestStandbyTidyDueTimes(t *testing.T) {
 	st, err := state.Open(t.TempDir(), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	d := dedup.NewStore(8 * time.Hour) // a pass at most every hour
+	d := dedup.NewStore(8 * time.Hour) // a pass at most every hour; epochs of an hour
 	task := state.Task{Topic: "in", Partition: 1}
 	t0 := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
-	// Segment A (3 ids) at t0, segment B (2 ids) at t0+30s, restored as a
-	// standby's read restores them, up to changelog offset 7.
+	// Segment A (3 ids) at t0, segment B (2 ids) at t0+1h, in the next
+	// epoch, restored as a standby's read restores them, up to changelog
+	// offset 7; and three entries an earlier version restored from a
+	// segment of t0 under the id alone (local, one byte longer).
 	var recs []state.Record
 	for _, seg := range []struct {
 		from, n int
 		at      time.Time
-	}{{0, 3, t0}, {3, 2, t0.Add(30 * time.Second)}} {
+	}{{0, 3, t0}, {3, 2, t0.Add(time.Hour)}} {
 		recs = append(recs, segmentRecords(t, d, task, seg.from, seg.n, seg.at)...)
+	}
+	for i := range 3 {
+		id := dedup.MakeID("", fmt.Sprint("old-", i))
+		val := append(binary.BigEndian.AppendUint64(make([]byte, 32), uint64(t0.UnixMilli())), 1)
+		recs = append(recs, state.Record{Key: append([]byte{dedup.Kind}, id[:]...), Value: val})
 	}
 	if err := st.Restore(task, recs, 7); err != nil {
 		t.Fatal(err)
@@ -59,24 +68,25 @@ func TestStandbyTidyDueTimes(t *testing.T) {
 		return 0
 	}
 
-	t1 := t0.Add(8*time.Hour + time.Millisecond) // A expired, B live
-	if calls := runPass(t1); calls != 3 {
-		t.Fatalf("the first pass over 5 entries in chunks of 2 took %d calls, want 3", calls)
+	t1 := t0.Add(9*time.Hour + 31*time.Minute) // A's epoch expired, B's live
+	if calls := runPass(t1); calls != 2 {
+		t.Fatalf("the first pass over 3 entries of the earlier layout in chunks of 2 took %d calls, want 2", calls)
 	}
-	if e, m := count(dedup.Kind), count(dedup.SegmentKind); e != 2 || m != 2 {
-		t.Fatalf("after the first pass: %d entries and %d markers, want B's 2 entries and both markers", e, m)
+	if e, l, m := count(dedup.EpochKind), count(dedup.Kind), count(dedup.SegmentKind); e != 2 || l != 0 || m != 2 {
+		t.Fatalf("after the first pass: %d entries, %d of the earlier layout and %d markers, want B's 2 entries, none and both markers", e, l, m)
 	}
-	// B has expired by t1+30m, but the next pass is not due before t1+1h.
+	// B's epoch has expired by t1+30m, but the next pass is not due before
+	// t1+1h.
 	if err := tidy.tidy(task, t1.Add(30*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if e := count(dedup.Kind); e != 2 || tidy.passes[task].cursor != nil {
+	if e := count(dedup.EpochKind); e != 2 || tidy.passes[task].cursor != nil {
 		t.Fatalf("a pass ran 30 minutes after the last one (%d entries left), want none before SweepPeriod (1h)", e)
 	}
 	if calls := runPass(t1.Add(time.Hour)); calls != 1 {
-		t.Fatalf("the second pass over 2 entries took %d calls, want 1", calls)
+		t.Fatalf("the second pass took %d calls, want 1", calls)
 	}
-	if e, m := count(dedup.Kind), count(dedup.SegmentKind); e != 0 || m != 2 {
+	if e, m := count(dedup.EpochKind), count(dedup.SegmentKind); e != 0 || m != 2 {
 		t.Fatalf("after the second pass: %d entries and %d markers, want none and both markers", e, m)
 	}
 	if next, err := st.ChangelogOffset(task); err != nil || next != 7 {

@@ -57,30 +57,31 @@ func BenchmarkPebbleSettings(b *testing.B) {
 	}
 }
 
-// BenchmarkMarkKeyspace weighs where the dedup marks' keys fall: random
-// (today's layout: the mark's key is its id's hash) against ordered by
-// transaction (a time-ordered keyspace: the key starts with the batch's
-// number, then the hash), in BenchmarkPebbleSettings's pattern without a WAL.
-// PROJECTOR_BENCH_PREFILL events' marks and aggregates (default 0: the
-// bench's empty store) are written first and compacted into the bottom
-// level before the clock starts: a worker's steady state holds a
-// retention's worth of marks, and random keys make every compaction
-// rewrite them. Reports CPU time per measured event and the table bytes
-// flushed and compacted while measured (docs/performance.md, "Pebble:
-// smaller memtables, and the marks' keyspace").
+// BenchmarkMarkKeyspace weighs the dedup entries' two key layouts in a
+// worker's steady state, in BenchmarkPebbleSettings's pattern without a
+// WAL: a retention's worth of marks (PROJECTOR_BENCH_PREFILL, default 2M)
+// written and compacted into the bottom level before the clock starts, then
+// PROJECTOR_BENCH_EVENTS more (default 1M), each expiring the oldest mark.
+// "id" is the earlier layout – the key is the id's hash alone, an expired
+// mark a point deletion –, "epoch" today's (decision 020): the key starts
+// with the mark's epoch (a retention/8 of time), an expired epoch is one
+// range deletion. Random keys make every compaction rewrite the whole
+// store's marks, and every deletion is one more key to write and compact.
+// Reports CPU time per measured event and the table bytes flushed and
+// compacted while measured (docs/performance.md, "Dedup entries keyed by
+// epoch").
 //
-//	PROJECTOR_BENCH_PREFILL=5000000 go test -run '^$' -bench MarkKeyspace -benchtime 1x -count 2 ./internal/core/state
+//	go test -run '^$' -bench MarkKeyspace -benchtime 1x -count 2 ./internal/core/state
 func BenchmarkMarkKeyspace(b *testing.B) {
 	events := envCount(b, "PROJECTOR_BENCH_EVENTS", 1_000_000, 1)
-	prefill := envCount(b, "PROJECTOR_BENCH_PREFILL", 0, 0)
+	prefill := envCount(b, "PROJECTOR_BENCH_PREFILL", 2_000_000, 8)
 	if testing.Short() {
-		events, prefill = 20_000, 10_000
+		events, prefill = 20_000, 16_000
 	}
-	for _, ordered := range []bool{false, true} {
-		name := map[bool]string{false: "random", true: "ordered"}[ordered]
-		b.Run(name, func(b *testing.B) {
+	for _, epochs := range []bool{false, true} {
+		b.Run(map[bool]string{false: "id", true: "epoch"}[epochs], func(b *testing.B) {
 			for b.Loop() {
-				cpu, written := markWrites(b, ordered, prefill, events)
+				cpu, written := markWrites(b, epochs, prefill, events)
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(events), "cpu-ns/event")
 				b.ReportMetric(float64(written)/(1<<20), "table-MiB-written")
 			}
@@ -103,9 +104,12 @@ func envCount(b *testing.B, name string, def, atLeast int) int {
 }
 
 // markWrites writes prefill events' marks and aggregates into a fresh store
-// without a WAL, compacts them, then measures events more: the process's
-// CPU time and the table bytes Pebble wrote meanwhile.
-func markWrites(b *testing.B, ordered bool, prefill, events int) (time.Duration, uint64) {
+// without a WAL, compacts them, then measures events more, each expiring
+// the mark written prefill events before it: the process's CPU time and the
+// table bytes Pebble wrote meanwhile. With epochs, a mark's key starts with
+// its epoch (prefill/8 events) and an epoch is deleted by one range
+// deletion once its last mark expired.
+func markWrites(b *testing.B, epochs bool, prefill, events int) (time.Duration, uint64) {
 	st, err := state.Open(b.TempDir(), state.Options{NoWAL: true})
 	if err != nil {
 		b.Fatal(err)
@@ -115,20 +119,35 @@ func markWrites(b *testing.B, ordered bool, prefill, events int) (time.Duration,
 	prefix := task.Prefix()
 	rng := rand.New(rand.NewPCG(1, 2))
 	mark := make([]byte, 40)
-	write := func(from, to int) {
+	epochSize := prefill / 8
+	epochKey := func(e int) []byte {
+		return binary.BigEndian.AppendUint64(append(append(make([]byte, 0, 64), prefix...), 'e'), uint64(e))
+	}
+	// key is mark n's key: a hash of n (so that the expiry finds it again).
+	key := func(n int) []byte {
+		k := append(append(make([]byte, 0, 64), prefix...), 'd')
+		if epochs {
+			k = epochKey(n / epochSize)
+		}
+		k = binary.BigEndian.AppendUint64(k, mix(uint64(n)))
+		return binary.BigEndian.AppendUint64(k, mix(uint64(n)|1<<62))
+	}
+	write := func(from, to int, expire bool) {
 		txn := st.NewTxn()
 		for n := from; n < to; n++ {
-			dk := append(append(make([]byte, 0, 64), prefix...), 'd')
-			if ordered {
-				dk = binary.BigEndian.AppendUint64(dk, uint64(n/benchTxnSize))
-			} else {
-				dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
-			}
-			for range 3 {
-				dk = binary.BigEndian.AppendUint64(dk, rng.Uint64())
+			switch {
+			case !expire:
+			case !epochs:
+				txn.DeleteLocal(key(n - prefill))
+			case n%epochSize == 0:
+				// Epoch n/epochSize begins: the one prefill events older
+				// than its start has expired entirely.
+				if old := n/epochSize - 8 - 1; old >= 0 {
+					txn.DeleteRangeLocal(epochKey(old), epochKey(old+1))
+				}
 			}
 			_, ak := benchKeys(prefix, rng.IntN(100_000))
-			txn.Set(dk, mark)
+			txn.SetLocal(key(n), mark)
 			txn.Set(ak, benchAgg)
 			if (n+1)%benchTxnSize == 0 || n+1 == to {
 				txn.SetChangelogOffset(task, int64(n+1))
@@ -144,21 +163,28 @@ func markWrites(b *testing.B, ordered bool, prefill, events int) (time.Duration,
 		return t.TableBytesFlushed + t.TableBytesCompacted
 	}
 	b.StopTimer()
-	write(0, prefill)
-	if prefill > 0 {
-		// Both layouts start from the same shape: every prefilled key in
-		// the bottom level, no compaction owed.
-		if err := state.CompactAll(st); err != nil {
-			b.Fatal(err)
-		}
+	write(0, prefill, false)
+	// Both layouts start from the same shape: every prefilled key in the
+	// bottom level, no compaction owed.
+	if err := state.CompactAll(st); err != nil {
+		b.Fatal(err)
 	}
 	w0, start := written(), cpuTime()
 	b.StartTimer()
-	write(prefill, prefill+events)
+	write(prefill, prefill+events, true)
 	if err := state.Flush(st); err != nil {
 		b.Fatal(err)
 	}
 	return cpuTime() - start, written() - w0
+}
+
+// mix is a 64-bit finaliser (splitmix64's): n's hash, uniform over the
+// keyspace as an id's SHA-256 prefix is.
+func mix(n uint64) uint64 {
+	n += 0x9e3779b97f4a7c15
+	n = (n ^ n>>30) * 0xbf58476d1ce4e5b9
+	n = (n ^ n>>27) * 0x94d049bb133111eb
+	return n ^ n>>31
 }
 
 // steadyWrites runs the write pattern into a fresh store and returns the
