@@ -417,3 +417,42 @@ func TestCheckFindsEveryEpoch(t *testing.T) {
 		t.Fatalf("an entry of the earlier layout: %s (%v), want duplicate", v, err)
 	}
 }
+
+// TestSweepForgetsTheEarlierLayout: once a sweep pass has left no live entry
+// of the earlier layout, Check stops asking for one; while one is live,
+// wherever the pass's chunks meet it, it goes on.
+func TestSweepForgetsTheEarlierLayout(t *testing.T) {
+	d := dedup.NewStore(time.Hour)
+	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+	for _, live := range []int{-1, 0, 1} { // which entry is live (-1: none)
+		st := store(t)
+		txn := st.NewTxn()
+		for i := range 2 {
+			at := now.Add(-2 * time.Hour)
+			if i == live {
+				at = now
+			}
+			id := dedup.MakeID("", fmt.Sprint("old-", i))
+			txn.SetLocal(append(dedup.Prefix(prefix), id[:]...), append(binary.BigEndian.AppendUint64(make([]byte, 32), uint64(at.UnixMilli())), 1))
+		}
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		p, err := d.PartitionRead(st.Scan, prefix)
+		if err != nil || !p.Legacy() {
+			t.Fatalf("a scan over entries of the earlier layout: legacy %v (%v), want true", p.Legacy(), err)
+		}
+		for range 3 { // chunks of one: the pass spans transactions
+			txn := st.NewTxn()
+			if _, err := p.Sweep(txn, now, 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := txn.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p.Legacy() != (live >= 0) {
+			t.Fatalf("entry %d live: legacy %v after the pass, want %v", live, p.Legacy(), live >= 0)
+		}
+	}
+}

@@ -39,3 +39,6 @@ func (s *Store) PartitionRead(scan ScanFunc, prefix []byte) (*Partition, error) 
 
 // Epochs is the partition's list of epochs (their ends, unix ms).
 func (p *Partition) Epochs() []int64 { return p.epochs }
+
+// Legacy reports whether Check asks for entries of the earlier layouts.
+func (p *Partition) Legacy() bool { return p.legacy }

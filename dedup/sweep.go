@@ -15,6 +15,10 @@ type sweeper struct {
 	// segments is where the pass's segment phase continues (nil: done), so
 	// that no chunk walks again over the markers an earlier chunk deleted.
 	segments []byte
+	// kept counts the entries of the earlier layouts the pass has left so
+	// far (live, or unreadable: Check reports those): none at the pass's
+	// end, and Check need not ask for one any more.
+	kept int
 }
 
 // due reports whether a sweep has work at now: a pass under way, or the next
@@ -60,6 +64,7 @@ func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 	if sw.cursor == nil {
 		sw.cursor = Prefix(taskPrefix)
 		sw.segments = segmentPrefix(taskPrefix)
+		sw.kept = 0
 	}
 	deleted := 0
 	if sw.segments != nil {
@@ -70,13 +75,16 @@ func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 		deleted = n
 	}
 	// The segments tombstoned count against the chunk.
-	next, n, err := s.sweepEntries(kv, taskPrefix, sw.cursor, now, examine-deleted, kv.Delete)
+	next, n, kept, err := s.sweepEntries(kv, taskPrefix, sw.cursor, now, examine-deleted, kv.Delete)
 	deleted += n
 	if err != nil {
 		return deleted, err
 	}
-	sw.cursor = next
+	sw.cursor, sw.kept = next, sw.kept+kept
 	if next == nil {
+		// Whatever is left of the earlier layouts has expired (whether
+		// this pass's deletions commit or not): a check can skip it.
+		p.legacy = p.legacy && sw.kept > 0
 		n, err := s.sweepEpochs(kv, taskPrefix, now)
 		deleted += n
 		if err != nil {
@@ -105,7 +113,7 @@ func (s *Store) SweepLocal(kv LocalKV, taskPrefix, from []byte, now time.Time, e
 	if from == nil {
 		from = Prefix(taskPrefix)
 	}
-	next, deleted, err = s.sweepEntries(kv, taskPrefix, from, now, examine, nil)
+	next, deleted, _, err = s.sweepEntries(kv, taskPrefix, from, now, examine, nil)
 	if err != nil || next != nil {
 		return next, deleted, err
 	}
@@ -144,21 +152,23 @@ func (s *Store) sweepEpochs(kv LocalKV, taskPrefix []byte, now time.Time) (int, 
 	}
 }
 
-// sweepEntries examines at most examine of the task's entries from from and
-// deletes the expired ones: a segment's locally (its segment's tombstone
-// covers it), one of the pre-segment layout, which has its own changelog
-// record, through logged (nil: it stays). It returns the key the pass
-// continues at, nil once it reached the end.
-func (s *Store) sweepEntries(kv LocalKV, taskPrefix, from []byte, now time.Time, examine int, logged func(key []byte)) ([]byte, int, error) {
-	seen, deleted := 0, 0
+// sweepEntries examines at most examine of the task's entries of the
+// earlier layouts from from and deletes the expired ones: a segment's
+// locally (its segment's tombstone covers it), one of the pre-segment
+// layout, which has its own changelog record, through logged (nil: it
+// stays). It returns the key the pass continues at (nil once it reached the
+// end), the deletions, and the entries it kept that are live or unreadable.
+func (s *Store) sweepEntries(kv LocalKV, taskPrefix, from []byte, now time.Time, examine int, logged func(key []byte)) (next []byte, deleted, kept int, err error) {
+	seen := 0
 	var last []byte
-	err := kv.ScanFrom(Prefix(taskPrefix), from, func(k, v []byte) error {
+	err = kv.ScanFrom(Prefix(taskPrefix), from, func(k, v []byte) error {
 		if seen >= examine {
 			last = append(last[:0], k...)
 			return errChunk
 		}
 		seen++
 		if !validEntry(v) || s.live(v, now) {
+			kept++
 			return nil
 		}
 		switch {
@@ -174,11 +184,11 @@ func (s *Store) sweepEntries(kv LocalKV, taskPrefix, from []byte, now time.Time,
 	})
 	switch {
 	case errors.Is(err, errChunk):
-		return last, deleted, nil
+		return last, deleted, kept, nil
 	case err != nil:
-		return nil, deleted, err
+		return nil, deleted, kept, err
 	}
-	return nil, deleted, nil
+	return nil, deleted, kept, nil
 }
 
 // sweepSegments tombstones up to examine expired segments, oldest first,
