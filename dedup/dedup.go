@@ -23,8 +23,9 @@
 //     otherwise one bloom-filtered Get per epoch that may hold live entries
 //     (at most 9–10), newest first, stopping at the first entry found.
 //     Partition.epochs lists the task's epochs: built by the scan that builds
-//     the filter, extended by Mark. An epoch whose entries have all expired
-//     may leave the list at any time (Check would skip it anyway).
+//     the filter, extended by Mark; an epoch leaves it only when a sweep
+//     pass finds it gone from the store, so a clock that steps back still
+//     finds every entry not yet deleted (as with the id-keyed layout).
 //   - The changelog carries one record per segment, not per id: a segment is
 //     the marks one task made in one transaction (at one mark time, at most
 //     segmentMax ids), keyed by kind 'D', the mark time and the input offset

@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -353,8 +354,9 @@ func TestSweepTombstonesRestoredExpiredSegment(t *testing.T) {
 
 // TestCheckFindsEveryEpoch: a mark is found in whichever epoch it fell –
 // by the partition that marked it and by one that only read the store –
-// including one a clock that stepped back put before the newest; an epoch
-// whose entries have all expired leaves the list; an entry of the earlier
+// including one a clock that stepped back put before the newest, and an
+// expired one a clock that stepped back makes live again; an epoch leaves
+// the list once a sweep pass finds it deleted; an entry of the earlier
 // layout, keyed by id alone, is found once a scan has seen one.
 func TestCheckFindsEveryEpoch(t *testing.T) {
 	st := store(t)
@@ -399,9 +401,29 @@ func TestCheckFindsEveryEpoch(t *testing.T) {
 	check(p, "a", at(70), dedup.New)
 	check(p, "d", at(70), dedup.Duplicate)
 	mark("f", at(70))
-	if got, want := fmt.Sprint(p.Epochs()), fmt.Sprint([]int64{ms(15, 0), ms(22, 30), ms(45, 0), ms(75, 0)}); got != want {
-		t.Fatalf("epochs after a mark at 11:10: %s, want %s (the expired one dropped)", got, want)
+	// A clock that steps back finds a again: nothing has deleted it.
+	check(p, "a", at(45), dedup.Duplicate)
+	// A sweep pass deletes a's epoch; the list keeps it until the next pass
+	// no longer finds it in the store (the deletion might have aborted).
+	sweep := func(now time.Time) {
+		t.Helper()
+		txn := st.NewTxn()
+		if _, err := p.Sweep(txn, now, 100); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	sweep(at(70))
+	if got := p.Epochs(); len(got) != 5 || got[0] != ms(7, 30) {
+		t.Fatalf("epochs after the pass that deleted a's: %v, want all five still", got)
+	}
+	sweep(at(78)) // the next pass, retention/8 later: d's epoch has expired too
+	if got, want := fmt.Sprint(p.Epochs()), fmt.Sprint([]int64{ms(15, 0), ms(22, 30), ms(45, 0), ms(75, 0)}); got != want {
+		t.Fatalf("epochs after the next pass: %s, want %s (a's gone, d's being deleted)", got, want)
+	}
+	check(p, "a", at(45), dedup.New) // deleted: gone even for a clock stepped back
 	// An entry of the earlier layout.
 	txn := st.NewTxn()
 	id := dedup.MakeID("", "old")
@@ -454,5 +476,61 @@ func TestSweepForgetsTheEarlierLayout(t *testing.T) {
 		if p.Legacy() != (live >= 0) {
 			t.Fatalf("entry %d live: legacy %v after the pass, want %v", live, p.Legacy(), live >= 0)
 		}
+	}
+}
+
+// TestSweepKeepsTheEarlierLayoutARestoreBrought: a restore that brings in
+// an entry of the earlier layout while a pass is under way, behind its
+// cursor, keeps Check asking for such entries after the pass.
+func TestSweepKeepsTheEarlierLayoutARestoreBrought(t *testing.T) {
+	d := dedup.NewStore(time.Hour)
+	now := time.Date(2026, 6, 28, 10, 0, 0, 0, time.UTC)
+	st := store(t)
+	put := func(id dedup.ID, at time.Time) {
+		t.Helper()
+		txn := st.NewTxn()
+		txn.SetLocal(append(dedup.Prefix(prefix), id[:]...), append(binary.BigEndian.AppendUint64(make([]byte, 32), uint64(at.UnixMilli())), 1))
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := []dedup.ID{dedup.MakeID("", "old-0"), dedup.MakeID("", "old-1")}
+	for _, id := range old {
+		put(id, now.Add(-2*time.Hour))
+	}
+	p, err := d.PartitionRead(st.Scan, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweep := func() {
+		t.Helper()
+		txn := st.NewTxn()
+		if _, err := p.Sweep(txn, now, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep() // the first chunk: one entry examined, the pass goes on
+	// A live entry sorting before both, as a restore would bring it in.
+	var early dedup.ID
+	for i := 0; ; i++ {
+		early = dedup.MakeID("", fmt.Sprint("restored-", i))
+		if bytes.Compare(early[:], old[0][:]) < 0 && bytes.Compare(early[:], old[1][:]) < 0 {
+			break
+		}
+	}
+	put(early, now)
+	if err := p.RebuildFilter(st.Scan); err != nil {
+		t.Fatal(err)
+	}
+	sweep()
+	sweep()
+	if !p.Legacy() {
+		t.Fatal("the pass concluded there are no live entries of the earlier layout, but a restore brought one behind its cursor")
+	}
+	if v, err := p.Check(st.NewTxn(), early, [32]byte{}, now); err != nil || v != dedup.Duplicate {
+		t.Fatalf("the restored entry: %s (%v), want duplicate", v, err)
 	}
 }

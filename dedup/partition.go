@@ -27,8 +27,8 @@ type Partition struct {
 	sweep  *sweeper // the expiry pass over the task's entries
 	// epochs are the ends of the epochs that may hold the task's entries,
 	// ascending: those the last scan found and those Mark wrote to since
-	// (superset: an aborted mark's epoch may be empty). Check asks each
-	// that may still hold a live entry.
+	// (superset: an aborted mark's epoch may be empty), until a sweep pass
+	// finds one gone. Check asks each that may still hold a live entry.
 	epochs []int64
 	// legacy is set when the last scan found entries of the earlier
 	// layouts (kind 'd'): Check asks for one too.
@@ -119,28 +119,29 @@ func (p *Partition) lookup(kv KV, kb *[]byte, id ID, now time.Time) ([]byte, boo
 	return v, ok, err
 }
 
-// addEpoch lists the epoch ending at end, marked in at now, and drops the
-// epochs whose entries have all expired by now.
-func (p *Partition) addEpoch(end int64, now time.Time) {
+// addEpoch lists the epoch ending at end. Only a sweep pass drops an epoch
+// from the list (forgetEpochs), once it found the epoch gone from the
+// store: a clock that steps back then still finds what was not deleted, as
+// it did with the id-keyed layout.
+func (p *Partition) addEpoch(end int64) {
 	n := len(p.epochs)
 	if n > 0 && p.epochs[n-1] == end {
 		return // the common case: the newest epoch
 	}
-	i, found := slices.BinarySearch(p.epochs, end)
-	if !found {
+	if i, found := slices.BinarySearch(p.epochs, end); !found {
 		p.epochs = slices.Insert(p.epochs, i, end)
 	}
-	p.pruneEpochs(now)
 }
 
-// pruneEpochs drops from the list the epochs whose entries have all expired
-// by now (their deletion is the sweep's).
-func (p *Partition) pruneEpochs(now time.Time) {
-	i := 0
-	for i < len(p.epochs) && !p.store.liveAt(p.epochs[i]-1, now) {
-		i++
-	}
-	p.epochs = slices.Delete(p.epochs, 0, i)
+// forgetEpochs drops from the list the epochs expired at now that a sweep
+// pass did not find in the store (their range deletion landed, or they never
+// held a committed entry); staged are those it found and is deleting now,
+// which stay until a later pass no longer finds them (the deletion may
+// abort).
+func (p *Partition) forgetEpochs(now time.Time, staged []int64) {
+	p.epochs = slices.DeleteFunc(p.epochs, func(end int64) bool {
+		return !p.store.liveAt(end-1, now) && !slices.Contains(staged, end)
+	})
 }
 
 // Mark records id with its fingerprint at now in kv and the filter: an
@@ -153,7 +154,7 @@ func (p *Partition) Mark(kv KV, m *Marks, offset int64, id ID, fp [32]byte, now 
 	}
 	at := now.UnixMilli()
 	end := p.store.epochEnd(at)
-	p.addEpoch(end, now)
+	p.addEpoch(end)
 	if m.n > 0 && (m.at != at || m.n == segmentMax) {
 		p.Stage(kv, m)
 	}
@@ -200,5 +201,11 @@ func (p *Partition) RebuildFilter(scan ScanFunc) error {
 		return err
 	}
 	p.filter, p.epochs, p.legacy = sc.filter(), sc.epochs, sc.legacy
+	if sc.legacy && p.sweep != nil {
+		// A pass under way may have gone past entries of the earlier
+		// layout this scan found (a restore brought them in): they count
+		// as kept, so the pass does not conclude there are none.
+		p.sweep.kept++
+	}
 	return nil
 }

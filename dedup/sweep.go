@@ -85,12 +85,12 @@ func (p *Partition) Sweep(kv SweepKV, now time.Time, examine int) (int, error) {
 		// Whatever is left of the earlier layouts has expired (whether
 		// this pass's deletions commit or not): a check can skip it.
 		p.legacy = p.legacy && sw.kept > 0
-		n, err := s.sweepEpochs(kv, taskPrefix, now)
-		deleted += n
+		staged, err := s.sweepEpochs(kv, taskPrefix, now)
+		deleted += len(staged)
 		if err != nil {
 			return deleted, err
 		}
-		p.pruneEpochs(now)
+		p.forgetEpochs(now, staged)
 		sw.next = now.Add(s.SweepPeriod())
 	}
 	return deleted, nil
@@ -117,18 +117,19 @@ func (s *Store) SweepLocal(kv LocalKV, taskPrefix, from []byte, now time.Time, e
 	if err != nil || next != nil {
 		return next, deleted, err
 	}
-	n, err := s.sweepEpochs(kv, taskPrefix, now)
-	return nil, deleted + n, err
+	staged, err := s.sweepEpochs(kv, taskPrefix, now)
+	return nil, deleted + len(staged), err
 }
 
 // sweepEpochs deletes, with one local range deletion each, the task's
 // epochs whose entries have all expired by now (an epoch ends before its
 // last mark's time is out of the retention), oldest first: a seek per
-// epoch, stopping at the first that may hold a live entry. A range deleted
-// in a transaction that aborted is found again by the next pass.
-func (s *Store) sweepEpochs(kv LocalKV, taskPrefix []byte, now time.Time) (int, error) {
+// epoch, stopping at the first that may hold a live entry. It returns the
+// ends of the epochs it deleted. A range deleted in a transaction that
+// aborted is found again by the next pass.
+func (s *Store) sweepEpochs(kv LocalKV, taskPrefix []byte, now time.Time) (staged []int64, err error) {
 	prefix := EpochPrefix(taskPrefix)
-	from, deleted := prefix, 0
+	from := prefix
 	for {
 		var end int64
 		found := false
@@ -140,15 +141,15 @@ func (s *Store) sweepEpochs(kv LocalKV, taskPrefix []byte, now time.Time) (int, 
 			return errChunk
 		})
 		if err != nil && !errors.Is(err, errChunk) {
-			return deleted, err
+			return staged, err
 		}
 		if !found || s.liveAt(end-1, now) {
-			return deleted, nil // epochs are in time order: the rest are live
+			return staged, nil // epochs are in time order: the rest are live
 		}
 		from = binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(end)+1)
 		start := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(end))
 		kv.DeleteRangeLocal(start, from)
-		deleted++
+		staged = append(staged, end)
 	}
 }
 

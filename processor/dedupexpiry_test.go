@@ -72,15 +72,32 @@ func TestDedupExpiryEndToEnd(t *testing.T) {
 		t.Fatalf("entries %v still in the expired epoch %d", kept, first)
 	}
 
-	// The changelog: the first segment's tombstone follows it.
-	tombstoned := 0
+	// The changelog: every segment marked before the clock moved (gap-1's
+	// and gap-2's, one or two as the fetches went) is tombstoned, none since.
+	// A segment's key is its kind, then its mark time.
+	segments, tombstoned := map[string]int64{}, map[string]bool{}
 	for _, r := range e.read(processor.ChangelogTopic(group, inputTopic)) {
-		if len(r.Key) > 0 && r.Key[0] == dedup.SegmentKind && r.Value == nil {
-			tombstoned++
+		if len(r.Key) != 17 || r.Key[0] != dedup.SegmentKind {
+			continue
+		}
+		if r.Value == nil {
+			tombstoned[string(r.Key)] = true
+		} else {
+			segments[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Key[1:]))
 		}
 	}
-	if tombstoned != 1 {
-		t.Fatalf("%d segment tombstones in the changelog, want the expired segment's 1", tombstoned)
+	before := 0
+	for k, at := range segments {
+		expired := at < first
+		if expired {
+			before++
+		}
+		if tombstoned[k] != expired {
+			t.Fatalf("segment marked at %d (the expired epoch ends at %d): tombstoned %v", at, first, tombstoned[k])
+		}
+	}
+	if before == 0 || len(segments) < before+2 {
+		t.Fatalf("%d segments, %d of them before the clock moved: want the first transactions' and two since", len(segments), before)
 	}
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)

@@ -582,10 +582,16 @@ func TestDeleteRangeLocal(t *testing.T) {
 	if v, ok, _ := s.Get(key("a1")); ok {
 		t.Fatalf("a1, deleted by a range, reads %q from the cache", v)
 	}
+	if _, ok, _ := s.Get(key("e2-a")); !ok { // a read caches it
+		t.Fatal("e2-a not written")
+	}
 	if err := s.Restore(task, []Record{{Key: []byte("e2"), End: []byte("e3")}}, 5); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := left(), "[e1-c e3-a]"; got != want {
 		t.Fatalf("after a restore's range record: %s, want %s", got, want)
+	}
+	if v, ok, _ := s.Get(key("e2-a")); ok {
+		t.Fatalf("e2-a, deleted by a restore's range record, reads %q from the cache", v)
 	}
 }
