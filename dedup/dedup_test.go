@@ -405,21 +405,11 @@ func TestCheckFindsEveryEpoch(t *testing.T) {
 	check(p, "a", at(45), dedup.Duplicate)
 	// A sweep pass deletes a's epoch; the list keeps it until the next pass
 	// no longer finds it in the store (the deletion might have aborted).
-	sweep := func(now time.Time) {
-		t.Helper()
-		txn := st.NewTxn()
-		if _, err := p.Sweep(txn, now, 100); err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sweep(at(70))
+	sweepChunk(t, st, p, at(70), 100)
 	if got := p.Epochs(); len(got) != 5 || got[0] != ms(7, 30) {
 		t.Fatalf("epochs after the pass that deleted a's: %v, want all five still", got)
 	}
-	sweep(at(78)) // the next pass, retention/8 later: d's epoch has expired too
+	sweepChunk(t, st, p, at(78), 100) // the next pass, retention/8 later: d's epoch has expired too
 	if got, want := fmt.Sprint(p.Epochs()), fmt.Sprint([]int64{ms(15, 0), ms(22, 30), ms(45, 0), ms(75, 0)}); got != want {
 		t.Fatalf("epochs after the next pass: %s, want %s (a's gone, d's being deleted)", got, want)
 	}
@@ -465,13 +455,7 @@ func TestSweepForgetsTheEarlierLayout(t *testing.T) {
 			t.Fatalf("a scan over entries of the earlier layout: legacy %v (%v), want true", p.Legacy(), err)
 		}
 		for range 3 { // chunks of one: the pass spans transactions
-			txn := st.NewTxn()
-			if _, err := p.Sweep(txn, now, 1); err != nil {
-				t.Fatal(err)
-			}
-			if err := txn.Commit(); err != nil {
-				t.Fatal(err)
-			}
+			sweepChunk(t, st, p, now, 1)
 		}
 		if p.Legacy() != (live >= 0) {
 			t.Fatalf("entry %d live: legacy %v after the pass, want %v", live, p.Legacy(), live >= 0)
@@ -502,17 +486,7 @@ func TestSweepKeepsTheEarlierLayoutARestoreBrought(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweep := func() {
-		t.Helper()
-		txn := st.NewTxn()
-		if _, err := p.Sweep(txn, now, 1); err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sweep() // the first chunk: one entry examined, the pass goes on
+	sweepChunk(t, st, p, now, 1) // the first chunk: one entry examined, the pass goes on
 	// A live entry sorting before both, as a restore would bring it in.
 	var early dedup.ID
 	for i := 0; ; i++ {
@@ -525,12 +499,25 @@ func TestSweepKeepsTheEarlierLayoutARestoreBrought(t *testing.T) {
 	if err := p.RebuildFilter(st.Scan); err != nil {
 		t.Fatal(err)
 	}
-	sweep()
-	sweep()
+	sweepChunk(t, st, p, now, 1)
+	sweepChunk(t, st, p, now, 1)
 	if !p.Legacy() {
 		t.Fatal("the pass concluded there are no live entries of the earlier layout, but a restore brought one behind its cursor")
 	}
 	if v, err := p.Check(st.NewTxn(), early, [32]byte{}, now); err != nil || v != dedup.Duplicate {
 		t.Fatalf("the restored entry: %s (%v), want duplicate", v, err)
+	}
+}
+
+// sweepChunk runs one chunk of p's sweep at now, examining at most examine
+// keys, in a transaction of its own, and commits it.
+func sweepChunk(t *testing.T, st *state.Store, p *dedup.Partition, now time.Time, examine int) {
+	t.Helper()
+	txn := st.NewTxn()
+	if _, err := p.Sweep(txn, now, examine); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }
