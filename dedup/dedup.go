@@ -134,6 +134,7 @@ const segmentMax = 2048
 // configuration.
 type Store struct {
 	retention time.Duration
+	epochMs   int64 // an epoch's width: retention/8 in ms (at least 1)
 }
 
 // DefaultRetention is how long event ids are remembered unless configured
@@ -141,7 +142,9 @@ type Store struct {
 const DefaultRetention = 168 * time.Hour
 
 // NewStore returns a store remembering ids for retention.
-func NewStore(retention time.Duration) *Store { return &Store{retention: retention} }
+func NewStore(retention time.Duration) *Store {
+	return &Store{retention: retention, epochMs: max(retention.Milliseconds()/8, 1)}
+}
 
 // ID is the hashed dedup identity of one event within a task.
 type ID [16]byte
@@ -173,24 +176,33 @@ func EpochPrefix(taskPrefix []byte) []byte {
 // epochEntryLen is the length of an entry's key below the task prefix.
 const epochEntryLen = 1 + 8 + len(ID{})
 
-// epochWidth is how much mark time one epoch spans, in ms: retention/8, so
-// that at most nine or ten epochs hold live entries.
-func (s *Store) epochWidth() int64 { return max(s.retention.Milliseconds()/8, 1) }
-
 // epochEnd is the end (exclusive) of the epoch a mark made at unix ms at
-// falls in.
-func (s *Store) epochEnd(at int64) int64 {
-	w := s.epochWidth()
-	return (at/w + 1) * w
+// falls in. An epoch is retention/8 wide, so that at most nine or ten hold
+// live entries.
+func (s *Store) epochEnd(at int64) int64 { return (at/s.epochMs + 1) * s.epochMs }
+
+// appendEpochStart appends the first key the task's entries in the epoch
+// ending at end can have: every one of them starts with it.
+func appendEpochStart(dst, taskPrefix []byte, end int64) []byte {
+	dst = append(dst, taskPrefix...)
+	dst = append(dst, EpochKind)
+	return binary.BigEndian.AppendUint64(dst, uint64(end))
 }
 
 // appendEpochKey appends the key of the task's entry for id in the epoch
 // ending at end.
 func appendEpochKey(dst, taskPrefix []byte, end int64, id ID) []byte {
-	dst = append(dst, taskPrefix...)
-	dst = append(dst, EpochKind)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(end))
-	return append(dst, id[:]...)
+	return append(appendEpochStart(dst, taskPrefix, end), id[:]...)
+}
+
+// parseEpochKey splits the key of an entry of the task under taskPrefix
+// into its epoch's end and its id; ok is false for any other key.
+func parseEpochKey(k, taskPrefix []byte) (end int64, id ID, ok bool) {
+	if len(k) != len(taskPrefix)+epochEntryLen || k[len(taskPrefix)] != EpochKind {
+		return 0, ID{}, false
+	}
+	k = k[len(taskPrefix)+1:]
+	return int64(binary.BigEndian.Uint64(k)), ID(k[8:]), true
 }
 
 // segmentPrefix is the key prefix of the task's segment markers.

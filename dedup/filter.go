@@ -114,16 +114,15 @@ func scanEntries(scan ScanFunc, taskPrefix []byte) (entryScan, error) {
 	if err != nil {
 		return entryScan{}, err
 	}
-	prefix := EpochPrefix(taskPrefix)
-	err = scan(prefix, func(k, _ []byte) error {
-		if len(k) != len(taskPrefix)+epochEntryLen {
+	err = scan(EpochPrefix(taskPrefix), func(k, _ []byte) error {
+		end, id, ok := parseEpochKey(k, taskPrefix)
+		if !ok {
 			return nil
 		}
-		end := int64(binary.BigEndian.Uint64(k[len(prefix):]))
 		if n := len(sc.epochs); n == 0 || sc.epochs[n-1] != end {
 			sc.epochs = append(sc.epochs, end)
 		}
-		sc.ids = append(sc.ids, ID(k[len(prefix)+8:]))
+		sc.ids = append(sc.ids, id)
 		return nil
 	})
 	if err != nil {

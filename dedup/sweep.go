@@ -134,11 +134,11 @@ func (s *Store) sweepEpochs(kv LocalKV, taskPrefix []byte, now time.Time) (stage
 		var end int64
 		found := false
 		err := kv.ScanFrom(prefix, from, func(k, _ []byte) error {
-			if len(k) != len(taskPrefix)+epochEntryLen {
-				return nil // not an entry (nothing else writes here): skip it
+			// Not an entry (nothing else writes here): skip it.
+			if end, _, found = parseEpochKey(k, taskPrefix); found {
+				return errChunk
 			}
-			end, found = int64(binary.BigEndian.Uint64(k[len(prefix):])), true
-			return errChunk
+			return nil
 		})
 		if err != nil && !errors.Is(err, errChunk) {
 			return staged, err
@@ -146,9 +146,9 @@ func (s *Store) sweepEpochs(kv LocalKV, taskPrefix []byte, now time.Time) (stage
 		if !found || s.liveAt(end-1, now) {
 			return staged, nil // epochs are in time order: the rest are live
 		}
-		from = binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(end)+1)
-		start := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), uint64(end))
-		kv.DeleteRangeLocal(start, from)
+		// [the epoch's first key, the next epoch's): exactly its entries.
+		from = appendEpochStart(nil, taskPrefix, end+1)
+		kv.DeleteRangeLocal(appendEpochStart(nil, taskPrefix, end), from)
 		staged = append(staged, end)
 	}
 }

@@ -265,6 +265,9 @@ func (t *Txn) write() (err error) {
 	for _, w := range ws {
 		size += len(w.key) + len(w.val) + 16
 	}
+	for _, r := range t.ranges {
+		size += len(r[0]) + len(r[1]) + 16
+	}
 	// Indices, not the 56-byte writes. The state writes share the task's
 	// prefix, the offsets' keys do not: sorted apart, the radix sort
 	// starts past the prefix.
