@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestNoWALCrashLeavesAPrefix is the crash-safety of a store without a WAL
@@ -261,5 +264,60 @@ func TestNoWALBackgroundErrorStopsEveryWrite(t *testing.T) {
 		if !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), "no space left on device") {
 			t.Errorf("%s after a failed background flush: %v, want ErrFatal naming the cause", what, err)
 		}
+	}
+}
+
+// TestNoWALCloseOnAFullDisk: Close of a store without a WAL flushes its
+// memtables; when that flush fails (the disk is full) it reports the cause
+// as ErrFatal and returns, instead of waiting on Pebble's endless retries –
+// a worker told to stop on a full disk stops. The commit the flush carried
+// is not on disk (the changelog restores it: docs/design.md#behind-kafka);
+// the one flushed before is.
+func TestNoWALCloseOnAFullDisk(t *testing.T) {
+	var full atomic.Bool
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	s, err := Open("db", Options{FS: fs, NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := Task{Topic: "in", Partition: 0}
+	commit := func(offset int64) {
+		t.Helper()
+		txn := s.NewTxn()
+		txn.Set(append(task.Prefix(), 'k'), []byte(fmt.Sprint(offset)))
+		txn.SetChangelogOffset(task, offset)
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(1)
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	commit(2)
+	full.Store(true)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), "no space left on device") {
+			t.Fatalf("Close on a full disk: %v, want ErrFatal naming the cause", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close on a full disk did not return within 20s")
+	}
+	full.Store(false)
+	r, err := Open("db", Options{FS: fs, NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if next, err := r.ChangelogOffset(task); err != nil || next != 1 {
+		t.Fatalf("position after the failed close: %d (%v), want 1 (the last flushed)", next, err)
 	}
 }

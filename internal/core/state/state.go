@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -186,6 +187,8 @@ type Store struct {
 	lastFlush  time.Time
 	flushDone  <-chan struct{}       // closes when the flush last started ends
 	bgErr      atomic.Pointer[error] // the first background error without a WAL
+	failed     chan struct{}         // closes at the first background error (failOnce)
+	failOnce   sync.Once
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -217,7 +220,7 @@ func openTuned(dir string, o Options, tune func(*pebble.Options)) (*Store, error
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	s := &Store{cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}),
+	s := &Store{cache: newValueCache(o.CachedValues), keys: newKeyFilter(), scanDone: make(chan struct{}), failed: make(chan struct{}),
 		cached: o.Cached, filterOnly: o.FilterOnly, now: o.Now, commitOpts: pebble.Sync}
 	if s.now == nil {
 		s.now = time.Now
@@ -267,6 +270,7 @@ func (s *Store) writable() error {
 func (s *Store) failBackground(err error) {
 	s.bgErr.CompareAndSwap(nil, &err)
 	s.broken.Store(true)
+	s.failOnce.Do(func() { close(s.failed) })
 }
 
 // scanKeys adds every stored key to the key filter, then enables it. Keys
@@ -304,24 +308,51 @@ func (s *Store) Close() error {
 	s.stopScan.Store(true)
 	<-s.scanDone
 	if s.broken.Load() {
-		// Pebble's state is undefined after a fatal error: close it only to
-		// release its files and lock, and report the fatal error.
-		db := s.db
-		s.db = nil
-		func() {
-			defer func() { _ = recover() }()
-			_ = db.Close()
-		}()
+		s.closeBroken()
 		return ErrFatal
 	}
-	var err error
-	if s.commitOpts == pebble.NoSync {
+	if s.commitOpts == pebble.NoSync && !s.broken.Load() {
 		// Without a WAL the memtables are all that hold the latest commits.
-		err = s.db.Flush()
+		if err := s.flushOnClose(); err != nil {
+			s.closeBroken()
+			return err
+		}
 	}
-	err = errors.Join(err, s.db.Close())
+	err := s.db.Close()
 	s.db = nil
 	return err
+}
+
+// closeBroken closes a store whose Pebble failed (broken): only to release
+// its files and lock, since Pebble's state is undefined after a fatal error.
+func (s *Store) closeBroken() {
+	db := s.db
+	s.db = nil
+	func() {
+		defer func() { _ = recover() }()
+		_ = db.Close()
+	}()
+}
+
+// flushOnClose flushes the memtables of a store without a WAL. It waits for
+// the flush only until the store fails: Pebble retries a failed flush (a
+// full disk) at once and for ever, so Close would never return, spinning a
+// core, and a worker told to stop would not stop. Then the commits since the
+// last good flush are lost from this store, as in a crash, and the next start
+// restores them from the changelog (docs/design.md#behind-kafka); Pebble's
+// own Close ends the retries.
+func (s *Store) flushOnClose() error {
+	done, err := s.db.AsyncFlush()
+	if err != nil {
+		s.broken.Store(true)
+		return fmt.Errorf("%w: state: flush at close: %w", ErrFatal, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-s.failed:
+		return s.writable()
+	}
 }
 
 // Abandon closes the store as a crash leaves it: without the flush Close
