@@ -6,15 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 
 	"github.com/projector-dev/projector/dedup"
 	"github.com/projector-dev/projector/internal/core/seam"
 	"github.com/projector-dev/projector/internal/core/state"
-	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/soak"
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/testsize"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -150,7 +149,7 @@ func (e *env) checkFigureDL(exp workload.Expect, n, crashes, faults int, seed ui
 
 // genWorkload is smallWorkload with options.
 func genWorkload(seed uint64, events, aggs int, tweak func(*workload.Options)) ([]workload.Record, workload.Expect) {
-	if race.Enabled || testing.Short() {
+	if testsize.Small() {
 		events, aggs = events/5, max(aggs/5, 1)
 	}
 	o := workload.Defaults()
@@ -161,18 +160,18 @@ func genWorkload(seed uint64, events, aggs int, tweak func(*workload.Options)) (
 	return workload.Generate(o)
 }
 
-// raceLean halves n under the race detector (or -short), on top of the
-// fifth that genWorkload and smallWorkload take there. It is for the tests
-// whose fifth-size workload still cost several CPU-seconds under -race
-// while their assertions need far less of it: they run there at a tenth of
-// their size without it. Where a test's crash, fault or progress
+// lean halves n at the tests' small size (the default: testsize), on top
+// of the fifth that genWorkload and smallWorkload take there. It is for the
+// tests whose fifth-size workload still cost several CPU-seconds under
+// -race while their assertions need far less of it: they run at a tenth of
+// their full size. Where a test's crash, fault or progress
 // points count transactions, its per-transaction record limit is halved
-// with it (raceLean(maxRecs)), so that the workload spans as many
+// with it (lean(maxRecs)), so that the workload spans as many
 // transactions as it did at a fifth and every fault still lands while
 // records are flowing (a fault that did not land fails the test: each
 // counts its crashes, injected errors or progress).
-func raceLean(n int) int {
-	if race.Enabled || testing.Short() {
+func lean(n int) int {
+	if testsize.Small() {
 		return n / 2
 	}
 	return n

@@ -61,7 +61,7 @@ func TestFaultCrashLoop(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const crashes = 5
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
+			recs, exp := genWorkload(tc.seed, lean(20_000), lean(2_000), nil)
 			e.produce(recs)
 			rng := rand.New(rand.NewPCG(tc.seed, 1))
 			crashed := 0
@@ -78,7 +78,7 @@ func TestFaultCrashLoop(t *testing.T) {
 				// transactions under -race) the last crash needed
 				// partly filled transactions, which a busy machine,
 				// whose polls return more at once, may not give.
-				o := instOpts{maxRecs: raceLean(150)}
+				o := instOpts{maxRecs: lean(150)}
 				if life < crashes {
 					n := 1 + rng.IntN(6)
 					switch {
@@ -125,7 +125,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 	}{{"applied-response-lost", 201, true}, {"dropped-before-broker", 202, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
+			recs, exp := genWorkload(tc.seed, lean(20_000), lean(2_000), nil)
 			e.produce(recs)
 			var seen, injected atomic.Int64
 			c := e.b.Cluster
@@ -151,7 +151,7 @@ func TestFaultEndOutcomeUnknown(t *testing.T) {
 			// answer that comes after the client stopped waiting) is the
 			// same.
 			var lost endTxnLost
-			o := instOpts{maxRecs: raceLean(300), clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
+			o := instOpts{maxRecs: lean(300), clientOpts: []kgo.Opt{kgo.RequestTimeoutOverhead(overhead), kgo.WithHooks(&lost)}}
 			errs := e.supervise(5*time.Minute, nil, func(int) *instance { return e.start(o) })
 			if injected.Load() == 0 {
 				t.Fatal("no EndTxn was interfered with")
@@ -187,7 +187,7 @@ func TestFaultDuplicateDelivery(t *testing.T) {
 	t.Parallel()
 	const seed = 301
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Duplicates = 1.0 })
+	recs, exp := genWorkload(seed, lean(20_000), lean(2_000), func(o *workload.Options) { o.Duplicates = 1.0 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 500})
 	e.waitCaughtUp(3 * time.Minute)
@@ -213,12 +213,12 @@ func TestFaultZombieFenced(t *testing.T) {
 	t.Parallel()
 	const seed = 401
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), nil)
+	recs, exp := genWorkload(seed, lean(20_000), lean(2_000), nil)
 	e.produce(recs)
 	inTxn := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int64
-	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: raceLean(300), hooks: &eos.Hooks{
+	zombie := e.start(instOpts{id: "same", stateDir: e.dir + "/zombie", maxRecs: lean(300), hooks: &eos.Hooks{
 		AfterStage: func() error {
 			if calls.Add(1) == 3 {
 				close(inTxn)
@@ -232,7 +232,7 @@ func TestFaultZombieFenced(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("zombie never reached its third transaction")
 	}
-	successor := e.start(instOpts{id: "same", stateDir: e.dir + "/successor", maxRecs: raceLean(300)})
+	successor := e.start(instOpts{id: "same", stateDir: e.dir + "/successor", maxRecs: lean(300)})
 	waitProgress(t, successor, 3)
 	close(release)
 	err := zombie.wait(t, time.Minute)
@@ -311,7 +311,7 @@ func TestFaultPoisonRecords(t *testing.T) {
 	t.Parallel()
 	const seed = 601
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Invalid, o.Conflicts = 0.05, 0.02 })
+	recs, exp := genWorkload(seed, lean(20_000), lean(2_000), func(o *workload.Options) { o.Invalid, o.Conflicts = 0.05, 0.02 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 300})
 	e.waitCaughtUp(3 * time.Minute)
@@ -355,7 +355,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			recs, exp := genWorkload(tc.seed, raceLean(20_000), raceLean(2_000), nil)
+			recs, exp := genWorkload(tc.seed, lean(20_000), lean(2_000), nil)
 			// The second half is produced only once the disk has failed, so
 			// that records still flow into the failing store however fast
 			// the first half went (without the race detector, at a tenth of
@@ -377,7 +377,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 			errs := e.supervise(4*time.Minute, rest.Load, func(life int) *instance {
 				if life > 0 {
 					on.Store(false) // the operator freed the disk
-					return e.start(instOpts{maxRecs: raceLean(300)})
+					return e.start(instOpts{maxRecs: lean(300)})
 				}
 				so, grow := state.Options{FS: fs, CachedValues: -1, MemTableBytes: memtableBytes}, growMemtable
 				if tc.noWAL {
@@ -388,7 +388,7 @@ func TestFaultPebbleWriteError(t *testing.T) {
 					// second: a flush every 200 ms met the disk only at Close).
 					so, grow = state.Options{FS: fs, CachedValues: -1, NoWAL: true, FlushEvery: time.Nanosecond}, nil
 				}
-				in, err := e.startWith(instOpts{maxRecs: raceLean(300)}, so, func(_ *processor.Config, st *state.Store) {
+				in, err := e.startWith(instOpts{maxRecs: lean(300)}, so, func(_ *processor.Config, st *state.Store) {
 					if grow != nil {
 						grow(t, st)
 					}
@@ -466,7 +466,7 @@ func TestFaultOutOfOrderVersions(t *testing.T) {
 	t.Parallel()
 	const seed = 801
 	e := newEnv(t, 4)
-	recs, exp := genWorkload(seed, raceLean(20_000), raceLean(2_000), func(o *workload.Options) { o.Reorder = 0.3 })
+	recs, exp := genWorkload(seed, lean(20_000), lean(2_000), func(o *workload.Options) { o.Reorder = 0.3 })
 	e.produce(recs)
 	in := e.start(instOpts{maxRecs: 300})
 	e.waitCaughtUp(3 * time.Minute)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/testsize"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
 	"github.com/projector-dev/projector/projection"
@@ -138,7 +139,7 @@ func massGaps(t *testing.T) int {
 		}
 		return n
 	}
-	if race.Enabled || testing.Short() {
+	if testsize.Small() {
 		// Three chunks still take three bounded transactions per policy
 		// (five cost 10 s of CPU under -race for nothing more).
 		return 3 * processor.ExpireChunk

@@ -4,15 +4,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/harness/race"
+	"github.com/projector-dev/projector/internal/harness/testsize"
 	"github.com/projector-dev/projector/internal/harness/workload"
 	"github.com/projector-dev/projector/processor"
 )
 
-// smallWorkload generates a seeded stream; under -race or -short it is a
-// fifth of the size.
+// smallWorkload generates a seeded stream; at the tests' small size (the
+// default: testsize) it is a fifth of the size.
 func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.Expect) {
-	if race.Enabled || testing.Short() {
+	if testsize.Small() {
 		events, aggs = events/5, max(aggs/5, 1)
 	}
 	o := workload.Defaults()
@@ -26,7 +26,7 @@ func smallWorkload(seed uint64, events, aggs int) ([]workload.Record, workload.E
 func TestExactlyOnceEndToEnd(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(42, raceLean(100_000), raceLean(10_000))
+	recs, exp := smallWorkload(42, lean(100_000), lean(10_000))
 	e.produce(recs)
 	in := e.start(instOpts{})
 	e.waitCaughtUp(5 * time.Minute)

@@ -32,15 +32,15 @@ func TestRestartMidStream(t *testing.T) {
 	}{{"same-state-dir", false}, {"empty-state-dir", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 4)
-			recs, exp := smallWorkload(7, raceLean(30_000), raceLean(3_000))
+			recs, exp := smallWorkload(7, lean(30_000), lean(3_000))
 			e.produce(recs[:len(recs)/2])
-			in := e.start(instOpts{maxRecs: raceLean(500)})
+			in := e.start(instOpts{maxRecs: lean(500)})
 			waitProgress(t, in, 5)
 			if err := in.stop(t); err != nil {
 				t.Fatal(err)
 			}
 			e.produce(recs[len(recs)/2:])
-			o := instOpts{maxRecs: raceLean(500)}
+			o := instOpts{maxRecs: lean(500)}
 			if tc.emptyState {
 				o.stateDir = filepath.Join(e.dir, "fresh")
 			}
@@ -64,13 +64,13 @@ func TestRestartMidStream(t *testing.T) {
 func TestCrashAfterCommitBeforePebble(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(11, raceLean(20_000), raceLean(2_000))
+	recs, exp := smallWorkload(11, lean(20_000), lean(2_000))
 	e.produce(recs)
-	in := e.start(instOpts{maxRecs: raceLean(300), hooks: ptr(hooksAfterCommit(3))})
+	in := e.start(instOpts{maxRecs: lean(300), hooks: ptr(hooksAfterCommit(3))})
 	if err := in.wait(t, 2*time.Minute); !errors.Is(err, errCrash) {
 		t.Fatalf("want the injected crash, got %v", err)
 	}
-	in2 := e.start(instOpts{maxRecs: raceLean(300)})
+	in2 := e.start(instOpts{maxRecs: lean(300)})
 	e.waitCaughtUp(3 * time.Minute)
 	if err := in2.stop(t); err != nil {
 		t.Fatal(err)
@@ -87,13 +87,13 @@ func TestCrashAfterCommitBeforePebble(t *testing.T) {
 func TestCrashAfterStagingBeforeCommit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(12, raceLean(20_000), raceLean(2_000))
+	recs, exp := smallWorkload(12, lean(20_000), lean(2_000))
 	e.produce(recs)
-	in := e.start(instOpts{maxRecs: raceLean(300), hooks: ptr(hooksAfterStage(4))})
+	in := e.start(instOpts{maxRecs: lean(300), hooks: ptr(hooksAfterStage(4))})
 	if err := in.wait(t, 2*time.Minute); !errors.Is(err, errCrash) {
 		t.Fatalf("want the injected crash, got %v", err)
 	}
-	in2 := e.start(instOpts{maxRecs: raceLean(300)})
+	in2 := e.start(instOpts{maxRecs: lean(300)})
 	e.waitCaughtUp(3 * time.Minute)
 	if err := in2.stop(t); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestCrashAfterStagingBeforeCommit(t *testing.T) {
 func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(13, raceLean(20_000), raceLean(2_000))
+	recs, exp := smallWorkload(13, lean(20_000), lean(2_000))
 	e.produce(recs)
 	var injected, seen atomic.Int64
 	c := e.b.Cluster
@@ -136,7 +136,7 @@ func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	in := e.start(instOpts{maxRecs: raceLean(300)})
+	in := e.start(instOpts{maxRecs: lean(300)})
 	e.waitCaughtUp(3 * time.Minute)
 	if err := in.stop(t); err != nil {
 		t.Fatal(err)
@@ -156,18 +156,18 @@ func TestAbortedTransactionLeavesNoMarks(t *testing.T) {
 func TestTwoInstancesRebalance(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
-	recs, exp := smallWorkload(21, raceLean(40_000), raceLean(4_000))
+	recs, exp := smallWorkload(21, lean(40_000), lean(4_000))
 	e.produce(recs[:len(recs)/3])
-	a := e.start(instOpts{id: "a", maxRecs: raceLean(200)})
+	a := e.start(instOpts{id: "a", maxRecs: lean(200)})
 	waitProgress(t, a, 3)
-	b := e.start(instOpts{id: "b", maxRecs: raceLean(200)}) // join: partitions move to b
+	b := e.start(instOpts{id: "b", maxRecs: lean(200)}) // join: partitions move to b
 	e.produce(recs[len(recs)/3 : 2*len(recs)/3])
 	waitProgress(t, b, 3)
 	if err := a.stop(t); err != nil { // leave: everything moves to b
 		t.Fatal(err)
 	}
 	e.produce(recs[2*len(recs)/3:])
-	a2 := e.start(instOpts{id: "a", maxRecs: raceLean(200)}) // rejoin with a's old state dir
+	a2 := e.start(instOpts{id: "a", maxRecs: lean(200)}) // rejoin with a's old state dir
 	waitProgress(t, a2, 3)
 	e.waitCaughtUp(3 * time.Minute)
 	for _, in := range []*instance{a2, b} {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
-	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/testsize"
 	"github.com/projector-dev/projector/internal/harness/workload"
 )
 
@@ -87,7 +87,7 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	ctx := context.Background()
 	o := workload.Defaults()
 	o.Events, o.Aggregates, o.Seed = 20000, 2000, 3
-	if race.Enabled { // a fifth, as the integration workloads run under -race
+	if testsize.Small() { // a fifth, as the integration workloads run by default
 		o.Events, o.Aggregates = 4000, 400
 	}
 	recs, exp := workload.Generate(o)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/projector-dev/projector/internal/harness/race"
+	"github.com/projector-dev/projector/internal/harness/testsize"
 )
 
 // TestHostileStreams runs Hostile at a small size: every record of each
@@ -18,7 +18,7 @@ import (
 // they are too noisy to assert.
 func TestHostileStreams(t *testing.T) {
 	n := 20000
-	if race.Enabled || testing.Short() {
+	if testsize.Small() {
 		n = 4000
 	}
 	if v := os.Getenv("PROJECTOR_HOSTILE_RECORDS"); v != "" {

@@ -7,24 +7,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/soak"
+	"github.com/projector-dev/projector/internal/harness/testsize"
 )
 
 var (
-	soakEvents = flag.Int("soak.events", ciEvents(), "unique events of TestSoakCI (default 30000, a fifth under -race)")
+	soakEvents = flag.Int("soak.events", ciEvents(), "unique events of TestSoakCI (default 6000, 30000 with PROJECTOR_TEST_SIZE=full)")
 	soakKills  = flag.Int("soak.kills", 20, "SIGKILLs of TestSoakCI")
 	soakSeed   = flag.Uint64("soak.seed", 20260701, "seed of TestSoakCI")
 )
 
-// ciEvents is TestSoakCI's default size: 30k events, a fifth of that
-// under the race detector, as the integration workloads run there (README).
+// ciEvents is TestSoakCI's default size: 30k events at full size, a fifth
+// of that at the tests' small size (the default: testsize), as the
+// integration workloads run there (README).
 // The kills, their moments and the broker restart do not shrink: the input
 // is paced over the same 20 lives (Options.Rate), so every kill still lands
 // while offsets move with input pending; what shrinks is the volume the
 // race-instrumented harness generates, folds and checks.
 func ciEvents() int {
-	if race.Enabled {
+	if testsize.Small() {
 		return 30000 / 5
 	}
 	return 30000

@@ -14,8 +14,8 @@ import (
 
 	"github.com/projector-dev/projector/internal/app/config"
 	"github.com/projector-dev/projector/internal/app/wiring"
-	"github.com/projector-dev/projector/internal/harness/race"
 	"github.com/projector-dev/projector/internal/harness/testkit"
+	"github.com/projector-dev/projector/internal/harness/testsize"
 	"github.com/projector-dev/projector/internal/harness/workload"
 )
 
@@ -139,9 +139,10 @@ func (r *receiver) received() map[string]int {
 	return maps.Clone(r.keys)
 }
 
-// workloadOptions scales the default mix to events (divided by 10 under -race).
+// workloadOptions scales the default mix to events (divided by 10 at the
+// tests' small size, the default: testsize).
 func workloadOptions(events int, seed uint64) workload.Options {
-	if race.Enabled {
+	if testsize.Small() {
 		events /= 10
 	}
 	o := workload.Defaults()
