@@ -43,8 +43,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestSoakCI is the soak at CI size, with default group session settings:
-// the real binary against a broker in another process, ≥ 30k events (6k
-// under -race: ciEvents) with the
+// the real binary against a broker in another process, 6k events (30k at
+// full size: ciEvents) with the
 // side-effect executor calling a webhook for every applied CaseEscalated,
 // ≥ 20 SIGKILLs at random moments under load and one broker restart.
 // Every checker must come back zero (no duplicate or lost output, no
