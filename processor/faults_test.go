@@ -71,11 +71,11 @@ func TestFaultCrashLoop(t *testing.T) {
 				if last != nil {
 					restored += last.p.Stats().Restored()
 				}
-				// 150 records per transaction (75 under -race): the
+				// 150 records per transaction (75 at the small size): the
 				// input, 22,800 records (2,280), is 152 full
 				// transactions (30.4), and the seeds' crash points need
 				// up to 23 commits ("mixed"). At 200 (100: 22.8 full
-				// transactions under -race) the last crash needed
+				// transactions at the small size) the last crash needed
 				// partly filled transactions, which a busy machine,
 				// whose polls return more at once, may not give.
 				o := instOpts{maxRecs: lean(150)}

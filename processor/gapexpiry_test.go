@@ -126,11 +126,12 @@ func longestRun(recs []*kgo.Record) int {
 	return best
 }
 
-// massGaps is the gap count of TestFaultGapsExpireAtOnce: 100k; under the
-// race detector or -short 5k, five full chunks of processor.ExpireChunk,
-// which is what the bound is about (20k took two minutes of the race run;
-// TestGapExpiryLinear goes to 8k there). PROJECTOR_GAPS overrides, e.g.
-// PROJECTOR_GAPS=20000 for the former race size.
+// massGaps is the gap count of TestFaultGapsExpireAtOnce: 100k at full
+// size; at the tests' small size (the default: testsize) three full chunks
+// of processor.ExpireChunk, which is what the bound is about (20k took two
+// minutes of the race run; TestGapExpiryLinear goes to 8k there).
+// PROJECTOR_GAPS overrides, e.g. PROJECTOR_GAPS=20000 for the former race
+// size.
 func massGaps(t *testing.T) int {
 	if s := os.Getenv("PROJECTOR_GAPS"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -307,16 +307,19 @@ func (s *Store) Close() error {
 	}
 	s.stopScan.Store(true)
 	<-s.scanDone
-	if s.broken.Load() {
-		s.closeBroken()
-		return ErrFatal
-	}
 	if s.commitOpts == pebble.NoSync && !s.broken.Load() {
 		// Without a WAL the memtables are all that hold the latest commits.
 		if err := s.flushOnClose(); err != nil {
 			s.closeBroken()
 			return err
 		}
+	}
+	// Checked after the flush too: a background error may have landed
+	// before it, or while it retried and then succeeded.
+	if s.broken.Load() {
+		err := s.writable() // ErrFatal, with the background error's cause
+		s.closeBroken()
+		return err
 	}
 	err := s.db.Close()
 	s.db = nil

@@ -23,7 +23,7 @@ var (
 // The kills, their moments and the broker restart do not shrink: the input
 // is paced over the same 20 lives (Options.Rate), so every kill still lands
 // while offsets move with input pending; what shrinks is the volume the
-// race-instrumented harness generates, folds and checks.
+// harness generates, folds and checks.
 func ciEvents() int {
 	if testsize.Small() {
 		return 30000 / 5
