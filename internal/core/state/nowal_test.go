@@ -265,6 +265,9 @@ func TestNoWALBackgroundErrorStopsEveryWrite(t *testing.T) {
 			t.Errorf("%s after a failed background flush: %v, want ErrFatal naming the cause", what, err)
 		}
 	}
+	if err := s.Close(); !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("Close after a failed background flush: %v, want ErrFatal naming the cause", err)
+	}
 }
 
 // TestNoWALCloseOnAFullDisk: Close of a store without a WAL flushes its

@@ -307,21 +307,21 @@ func (s *Store) Close() error {
 	}
 	s.stopScan.Store(true)
 	<-s.scanDone
+	var err error
 	if s.commitOpts == pebble.NoSync && !s.broken.Load() {
 		// Without a WAL the memtables are all that hold the latest commits.
-		if err := s.flushOnClose(); err != nil {
-			s.closeBroken()
-			return err
-		}
+		err = s.flushOnClose()
 	}
 	// Checked after the flush too: a background error may have landed
 	// before it, or while it retried and then succeeded.
-	if s.broken.Load() {
-		err := s.writable() // ErrFatal, with the background error's cause
+	if err != nil || s.broken.Load() {
+		if err == nil {
+			err = s.writable() // ErrFatal, with the background error's cause
+		}
 		s.closeBroken()
 		return err
 	}
-	err := s.db.Close()
+	err = s.db.Close()
 	s.db = nil
 	return err
 }
@@ -347,7 +347,6 @@ func (s *Store) closeBroken() {
 func (s *Store) flushOnClose() error {
 	done, err := s.db.AsyncFlush()
 	if err != nil {
-		s.broken.Store(true)
 		return fmt.Errorf("%w: state: flush at close: %w", ErrFatal, err)
 	}
 	select {
