@@ -14,7 +14,11 @@ import (
 // stale lock behind. The file is per user: another user's lock file, made
 // with their umask, may not be ours to open.
 func lockBuilds() (unlock func(), err error) {
-	path := filepath.Join(os.TempDir(), fmt.Sprintf("projector-test-builds-%d.lock", os.Getuid()))
+	return lockFile(filepath.Join(os.TempDir(), fmt.Sprintf("projector-test-builds-%d.lock", os.Getuid())))
+}
+
+// lockFile takes an exclusive flock on the file at path, creating it.
+func lockFile(path string) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("testkit: build lock: %w", err)

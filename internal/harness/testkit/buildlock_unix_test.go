@@ -3,21 +3,25 @@
 package testkit
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 )
 
 // TestBuildLockExcludes: while one holder has the build lock, a second
 // taker (another open of the lock file, as another test process makes)
-// waits, and gets it once the first lets go.
+// waits, and gets it once the first lets go. It locks a file of its own:
+// the shared one is held by other test processes' builds for as long as a
+// cold build takes, which would fail the waits below.
 func TestBuildLockExcludes(t *testing.T) {
-	unlock, err := lockBuilds()
+	path := filepath.Join(t.TempDir(), "builds.lock")
+	unlock, err := lockFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan func(), 1)
 	go func() {
-		u, err := lockBuilds()
+		u, err := lockFile(path)
 		if err != nil {
 			t.Error(err)
 			u = func() {}
