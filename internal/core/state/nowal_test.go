@@ -85,22 +85,12 @@ func TestNoWALCloseFlushes(t *testing.T) {
 		t.Fatal(err)
 	}
 	task := Task{Topic: "in", Partition: 3}
-	txn := s.NewTxn()
-	txn.Set(append(task.Prefix(), 'k'), []byte("v"))
-	txn.SetChangelogOffset(task, 7)
-	if err := txn.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	commitAt(t, s, task, "k", 7)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Open("db", Options{FS: fs, NoWAL: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if next, err := r.ChangelogOffset(task); err != nil || next != 7 {
-		t.Fatalf("position after a clean close: %d (%v), want 7", next, err)
+	if next := position(t, reopen(t, fs, true), task); next != 7 {
+		t.Fatalf("position after a clean close: %d, want 7", next)
 	}
 }
 
@@ -117,12 +107,7 @@ func TestNoWALFlushesPeriodically(t *testing.T) {
 	task := Task{Topic: "in", Partition: 0}
 	commit := func(next int64) {
 		t.Helper()
-		txn := s.NewTxn()
-		txn.Set(append(task.Prefix(), fmt.Sprint(next)...), []byte("v"))
-		txn.SetChangelogOffset(task, next)
-		if err := txn.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitAt(t, s, task, fmt.Sprint(next), next)
 	}
 	commit(1)
 	clock = clock.Add(500 * time.Millisecond)
@@ -223,12 +208,30 @@ func TestNoWALCrashDuringFlush(t *testing.T) {
 func reopenCrashed(t *testing.T, s *Store, crashed vfs.FS, noWAL bool) *Store {
 	t.Helper()
 	s.Abandon()
-	r, err := Open("db", Options{FS: crashed, NoWAL: noWAL})
+	return reopen(t, crashed, noWAL)
+}
+
+// reopen opens the store on fs again; the test closes it.
+func reopen(t *testing.T, fs vfs.FS, noWAL bool) *Store {
+	t.Helper()
+	r, err := Open("db", Options{FS: fs, NoWAL: noWAL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// commitAt commits key (under task's prefix) with task's changelog
+// position next in one transaction.
+func commitAt(t *testing.T, s *Store, task Task, key string, next int64) {
+	t.Helper()
+	txn := s.NewTxn()
+	txn.Set(append(task.Prefix(), key...), []byte(fmt.Sprint(next)))
+	txn.SetChangelogOffset(task, next)
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // position is the changelog offset the store says task reflects.
@@ -289,20 +292,11 @@ func TestNoWALCloseOnAFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	task := Task{Topic: "in", Partition: 0}
-	commit := func(offset int64) {
-		t.Helper()
-		txn := s.NewTxn()
-		txn.Set(append(task.Prefix(), 'k'), []byte(fmt.Sprint(offset)))
-		txn.SetChangelogOffset(task, offset)
-		if err := txn.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	commit(1)
+	commitAt(t, s, task, "k", 1)
 	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	commit(2)
+	commitAt(t, s, task, "k", 2)
 	full.Store(true)
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -315,12 +309,7 @@ func TestNoWALCloseOnAFullDisk(t *testing.T) {
 		t.Fatal("Close on a full disk did not return within 20s")
 	}
 	full.Store(false)
-	r, err := Open("db", Options{FS: fs, NoWAL: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if next, err := r.ChangelogOffset(task); err != nil || next != 1 {
-		t.Fatalf("position after the failed close: %d (%v), want 1 (the last flushed)", next, err)
+	if next := position(t, reopen(t, fs, true), task); next != 1 {
+		t.Fatalf("position after the failed close: %d, want 1 (the last flushed)", next)
 	}
 }
