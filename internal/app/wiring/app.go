@@ -59,7 +59,11 @@ type App struct {
 	// Ingress is the HTTP front door (nil unless ingress.listen is set, in
 	// live mode).
 	Ingress *ingress.Server
-	Logger  *slog.Logger
+	// HTTP serves the metrics and the health endpoints (http.listen); once
+	// its Listening is closed, Addr is the bound address (a port of 0 picks
+	// a free one).
+	HTTP   *httpserver.Server
+	Logger *slog.Logger
 	// Registry holds every metric of this process; Metrics feeds it.
 	Registry *prometheus.Registry
 	Metrics  *metrics.Metrics
@@ -260,6 +264,7 @@ func New(cfg *config.Config, o Options) (a *App, err error) {
 			return nil, err
 		}
 	}
+	a.HTTP = httpserver.New(cfg.HTTP.Listen, a.Registry, a.Ready)
 	return a, nil
 }
 
@@ -415,7 +420,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.Executor != nil {
 		parts = append(parts, a.Executor.Run)
 	}
-	parts = append(parts, httpserver.New(a.Config.HTTP.Listen, a.Registry, a.Ready).Run)
+	parts = append(parts, a.HTTP.Run)
 	if a.Metrics != nil {
 		parts = append(parts, a.Metrics.Run)
 	}

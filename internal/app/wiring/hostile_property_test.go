@@ -198,10 +198,10 @@ func startHostileRun(t *testing.T) *hostileRun {
 			t.Fatal(err)
 		}
 	}
-	h := &hostileRun{t: t, brokers: brokers, exited: make(chan struct{}), httpAddr: freeAddr(t), maxBatch: maxBatch,
+	h := &hostileRun{t: t, brokers: brokers, exited: make(chan struct{}), maxBatch: maxBatch,
 		rc: sideeffectstest.NewIdemReceiver(t, func() time.Duration { return 0 }), logs: newLogCount(),
 		produced: map[string]*hostile{}, valid: expected{versions: map[string][]int64{}}}
-	src := fmt.Sprintf(hostilePropertyConfig, b.Addr(), maxRecord, filepath.Join(t.TempDir(), "state"), h.httpAddr, freeAddr(t), h.rc.URL, h.rc.URL)
+	src := fmt.Sprintf(hostilePropertyConfig, b.Addr(), maxRecord, filepath.Join(t.TempDir(), "state"), anyPort, anyPort, h.rc.URL, h.rc.URL)
 	cfg, err := config.Parse([]byte(src), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +226,8 @@ func startHostileRun(t *testing.T) *hostileRun {
 		}
 		h.a.Close()
 	})
-	<-h.a.Ingress.Listening()
-	h.ingress = "http://" + h.a.Ingress.Addr().String()
+	h.ingress = "http://" + listeningAddr(t, h.a.Ingress)
+	h.httpAddr = listeningAddr(t, h.a.HTTP)
 	h.waitFor(time.Minute, "the worker to be ready", func() bool { ok, _ := h.a.Ready(); return ok })
 	return h
 }

@@ -39,15 +39,24 @@ sideEffects:
     webhook: {url: "http://127.0.0.1:9/never-called"}
 `
 
-// freeAddr returns a 127.0.0.1 address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
+// anyPort is a listen address on a port the listener picks: a port found
+// free beforehand may be taken by another test's listener before ours binds
+// it ("address already in use").
+const anyPort = "127.0.0.1:0"
+
+// listeningAddr waits until srv (the App's HTTP server, or its ingress) has
+// bound its listener and returns the address it bound.
+func listeningAddr(t *testing.T, srv interface {
+	Listening() <-chan struct{}
+	Addr() net.Addr
+}) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	<-srv.Listening()
+	addr := srv.Addr()
+	if addr == nil {
+		t.Fatal("the server did not listen (Run returned its error)")
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr.String()
 }
 
 // readyz returns the status code and body of GET /readyz (0 when the
@@ -76,12 +85,13 @@ func TestReadyIdleThirdInstance(t *testing.T) {
 		stop     func()
 	}
 	start := func(id string) *inst {
-		in := &inst{id: id, http: freeAddr(t)}
-		cfg, err := config.Parse([]byte(fmt.Sprintf(readyConfig, b.Addr(), id, filepath.Join(t.TempDir(), id), in.http)), nil)
+		in := &inst{id: id}
+		cfg, err := config.Parse([]byte(fmt.Sprintf(readyConfig, b.Addr(), id, filepath.Join(t.TempDir(), id), anyPort)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		in.a, in.stop = runApp(t, cfg)
+		in.http = listeningAddr(t, in.a.HTTP)
 		if in.a.Processor == nil || in.a.Executor == nil {
 			t.Fatalf("%s: role all should run the processor and the executor", id)
 		}

@@ -269,7 +269,7 @@ func TestSpansCollectorDown(t *testing.T) {
 	t.Cleanup(func() { close(release); collector.Close() }) // after the worker's cleanup
 	hook := newTraceReceiver(t)
 	b, brokers := testkit.Broker(t, 1, traceTopics...)
-	src := fmt.Sprintf(traceConfig, b.Addr(), filepath.Join(t.TempDir(), "state"), freeAddr(t), hook.URL) +
+	src := fmt.Sprintf(traceConfig, b.Addr(), filepath.Join(t.TempDir(), "state"), anyPort, hook.URL) +
 		fmt.Sprintf("tracing: {otlp: {endpoint: %q}}\n", collector.URL)
 	a := runWorker(t, src)
 	testkit.Await(t, time.Minute, "the worker to be ready", func() bool { ok, _ := a.Ready(); return ok })

@@ -279,7 +279,7 @@ func startTraceWorker(t *testing.T, hookURL string) (*wiring.App, []string) {
 func startTraceWorkerWith(t *testing.T, hookURL string, o wiring.Options) (*wiring.App, []string) {
 	t.Helper()
 	b, brokers := testkit.Broker(t, 1, traceTopics...)
-	src := fmt.Sprintf(traceConfig, b.Addr(), filepath.Join(t.TempDir(), "state"), freeAddr(t), hookURL)
+	src := fmt.Sprintf(traceConfig, b.Addr(), filepath.Join(t.TempDir(), "state"), anyPort, hookURL)
 	a := runWorkerWith(t, src, o)
 	<-a.Ingress.Listening()
 	testkit.Await(t, time.Minute, "the worker to be ready", func() bool { ok, _ := a.Ready(); return ok })
